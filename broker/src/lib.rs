@@ -1,0 +1,1 @@
+//! Ringlog broker.

@@ -1,0 +1,237 @@
+//! Round trips, corruption detection and no-panic decoding of record batches.
+
+use super::*;
+use proptest::prelude::*;
+
+const SIZE_MAX: usize = 1 << 20;
+
+#[derive(Clone, Debug)]
+struct OwnedRecord {
+    timestamp_ms: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+fn record_strategy() -> impl Strategy<Value = OwnedRecord> {
+    (
+        0i64..4_000_000_000_000,
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+        proptest::collection::vec(
+            (
+                proptest::collection::vec(any::<u8>(), 0..10),
+                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..10)),
+            ),
+            0..3,
+        ),
+    )
+        .prop_map(|(timestamp_ms, key, value, headers)| OwnedRecord {
+            timestamp_ms,
+            key,
+            value,
+            headers,
+        })
+}
+
+fn build(records: &[OwnedRecord], compression: Compression) -> Vec<u8> {
+    let mut builder =
+        BatchBuilder::new(compression).producer(ProducerId(7), ProducerEpoch(1), Sequence(42));
+    for r in records {
+        let headers: Vec<RecordHeader<'_>> = r
+            .headers
+            .iter()
+            .map(|(k, v)| RecordHeader {
+                key: k,
+                value: v.as_deref(),
+            })
+            .collect();
+        builder.push(&Record {
+            timestamp_ms: r.timestamp_ms,
+            key: r.key.as_deref(),
+            value: r.value.as_deref(),
+            headers: &headers,
+        });
+    }
+    builder.build().expect("non-empty batch builds")
+}
+
+proptest! {
+    #[test]
+    fn build_then_read_returns_the_same_records(
+        records in proptest::collection::vec(record_strategy(), 1..20),
+        zstd in any::<bool>(),
+        base in 0i64..1_000_000,
+        epoch in 0i32..100,
+    ) {
+        let compression = if zstd { Compression::Zstd } else { Compression::None };
+        let mut bytes = build(&records, compression);
+        stamp(&mut bytes, Offset(base), LeaderEpoch(epoch));
+        let batch = RecordBatch::parse(&bytes, SIZE_MAX).expect("valid batch");
+        let h = batch.header();
+        prop_assert_eq!(h.base_offset, Offset(base));
+        prop_assert_eq!(h.partition_leader_epoch, LeaderEpoch(epoch));
+        prop_assert_eq!(h.record_count as usize, records.len());
+        prop_assert_eq!(h.compression(), compression);
+        prop_assert_eq!(h.producer_id, ProducerId(7));
+        prop_assert_eq!(h.base_sequence, Sequence(42));
+        prop_assert_eq!(h.max_timestamp_ms, records.iter().map(|r| r.timestamp_ms).max().unwrap());
+        h.check_producer_batch().unwrap();
+        let section = batch.records_section(SIZE_MAX).unwrap();
+        let decoded: Vec<_> = section.iter().collect::<Result<_, _>>().unwrap();
+        prop_assert_eq!(decoded.len(), records.len());
+        for (i, (d, r)) in decoded.iter().zip(&records).enumerate() {
+            prop_assert_eq!(d.offset, Offset(base + i as i64));
+            prop_assert_eq!(d.timestamp_ms, r.timestamp_ms);
+            prop_assert_eq!(d.key, r.key.as_deref());
+            prop_assert_eq!(d.value, r.value.as_deref());
+            prop_assert_eq!(d.headers.len(), r.headers.len());
+            for (dh, (k, v)) in d.headers.iter().zip(&r.headers) {
+                prop_assert_eq!(dh.key, &k[..]);
+                prop_assert_eq!(dh.value, v.as_deref());
+            }
+        }
+    }
+
+    #[test]
+    fn any_flipped_byte_under_the_crc_is_detected(
+        records in proptest::collection::vec(record_strategy(), 1..5),
+        position_seed in any::<usize>(),
+        flip in 1u8..=255,
+    ) {
+        let mut bytes = build(&records, Compression::None);
+        let position = field::ATTRIBUTES + position_seed % (bytes.len() - field::ATTRIBUTES);
+        bytes[position] ^= flip;
+        prop_assert!(RecordBatch::parse(&bytes, SIZE_MAX).is_err());
+    }
+
+    #[test]
+    fn every_truncation_is_an_error(records in proptest::collection::vec(record_strategy(), 1..5), cut_seed in any::<usize>()) {
+        let bytes = build(&records, Compression::Zstd);
+        let cut = cut_seed % bytes.len();
+        let error = RecordBatch::parse(&bytes[..cut], SIZE_MAX).unwrap_err();
+        let is_truncation = matches!(error, BatchError::Truncated { .. });
+        prop_assert!(is_truncation, "{:?}", error);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+        if let Ok((batch, _)) = RecordBatch::parse_prefix(&bytes, SIZE_MAX) {
+            let _ = batch.validate_records(SIZE_MAX);
+        }
+    }
+}
+
+/// A well-formed batch whose records section lies (valid CRC over bad records)
+/// must fail record validation, never panic.
+#[test]
+fn corrupt_records_under_a_valid_crc_fail_validation() {
+    let records = vec![OwnedRecord {
+        timestamp_ms: 5,
+        key: Some(b"k".to_vec()),
+        value: Some(b"value".to_vec()),
+        headers: vec![],
+    }];
+    let mut bytes = build(&records, Compression::None);
+    // Claim a record length far past the section's end, then fix up the CRC.
+    bytes[BATCH_HEADER_BYTES] = 0x7e;
+    let crc = compute_crc(&bytes);
+    bytes[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    let batch = RecordBatch::parse(&bytes, SIZE_MAX).unwrap();
+    assert!(matches!(
+        batch.validate_records(SIZE_MAX),
+        Err(BatchError::CorruptRecord { index: 0, .. })
+    ));
+}
+
+/// A zstd bomb: a small batch that inflates past the bound is refused without
+/// allocating the inflated size.
+#[test]
+fn decompression_is_bounded() {
+    let value = vec![b'a'; 200_000];
+    let records = vec![OwnedRecord {
+        timestamp_ms: 1,
+        key: None,
+        value: Some(value),
+        headers: vec![],
+    }];
+    let bytes = build(&records, Compression::Zstd);
+    assert!(bytes.len() < 1_000, "compresses well: {}", bytes.len());
+    let batch = RecordBatch::parse(&bytes, SIZE_MAX).unwrap();
+    assert_eq!(
+        batch.records_section(100_000).unwrap_err(),
+        BatchError::DecompressedTooLarge {
+            decompressed_bytes_max: 100_000
+        }
+    );
+    assert!(batch.records_section(300_000).is_ok());
+}
+
+#[test]
+fn header_checks_reject_bad_fields() {
+    let records = vec![OwnedRecord {
+        timestamp_ms: 1,
+        key: None,
+        value: Some(b"v".to_vec()),
+        headers: vec![],
+    }];
+    let good = build(&records, Compression::None);
+
+    let mut bad_magic = good.clone();
+    bad_magic[field::MAGIC] = 1;
+    assert_eq!(
+        BatchHeader::parse(&bad_magic),
+        Err(BatchError::UnsupportedMagic(1))
+    );
+
+    let mut bad_codec = good.clone();
+    bad_codec[field::ATTRIBUTES + 1] = 2;
+    assert_eq!(
+        BatchHeader::parse(&bad_codec),
+        Err(BatchError::UnsupportedCodec(2))
+    );
+
+    let mut bad_length = good.clone();
+    bad_length[field::BATCH_LENGTH..field::BATCH_LENGTH + 4]
+        .copy_from_slice(&(-5i32).to_be_bytes());
+    assert_eq!(
+        BatchHeader::parse(&bad_length),
+        Err(BatchError::InvalidLength(-5))
+    );
+
+    assert!(matches!(
+        RecordBatch::parse(&good, 20),
+        Err(BatchError::TooLarge {
+            size_bytes_max: 20,
+            ..
+        })
+    ));
+    assert_eq!(
+        BatchBuilder::new(Compression::None).build(),
+        Err(BatchError::Empty)
+    );
+}
+
+/// The layout matches Kafka's v2 format byte for byte for a known batch.
+#[test]
+fn known_layout() {
+    let mut builder = BatchBuilder::new(Compression::None);
+    builder.push(&Record {
+        timestamp_ms: 1000,
+        key: Some(b"k"),
+        value: Some(b"v"),
+        headers: &[],
+    });
+    let bytes = builder.build().unwrap();
+    // record: attributes 0, ts delta 0, offset delta 0, key len 1 'k', value len 1 'v', 0 headers
+    let record_body = [0u8, 0, 0, 2, b'k', 2, b'v', 0];
+    assert_eq!(bytes.len(), BATCH_HEADER_BYTES + 1 + record_body.len());
+    assert_eq!(bytes[BATCH_HEADER_BYTES], (record_body.len() as u8) << 1);
+    assert_eq!(&bytes[BATCH_HEADER_BYTES + 1..], &record_body);
+    assert_eq!(bytes[field::MAGIC], 2);
+    assert_eq!(
+        i32::from_be_bytes(bytes[8..12].try_into().unwrap()),
+        (bytes.len() - 12) as i32
+    );
+    assert_eq!(i32::from_be_bytes(bytes[12..16].try_into().unwrap()), -1);
+}
