@@ -1,0 +1,65 @@
+//! The partition directory's small metadata files: the recovery-point checkpoint
+//! (every offset below it is synced and its segments need no rescan) and the
+//! clean-shutdown marker. Both are tiny and rare, so they use blocking std I/O
+//! with write-to-temp, fsync, rename, fsync-directory.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use protocol::Offset;
+
+pub const RECOVERY_POINT_FILE: &str = "recovery-point";
+pub const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
+const CHECKPOINT_VERSION: &str = "ringlog-recovery-point v1";
+
+pub fn read_recovery_point(dir: &Path) -> io::Result<Option<Offset>> {
+    let text = match fs::read_to_string(dir.join(RECOVERY_POINT_FILE)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut lines = text.lines();
+    // A damaged checkpoint only costs a full rescan, so treat it as absent.
+    if lines.next() != Some(CHECKPOINT_VERSION) {
+        return Ok(None);
+    }
+    Ok(lines.next().and_then(|l| l.trim().parse().ok()).map(Offset))
+}
+
+pub fn write_recovery_point(dir: &Path, offset: Offset) -> io::Result<()> {
+    write_atomically(
+        dir,
+        RECOVERY_POINT_FILE,
+        format!("{CHECKPOINT_VERSION}\n{}\n", offset.0).as_bytes(),
+    )
+}
+
+pub fn write_clean_shutdown(dir: &Path) -> io::Result<()> {
+    write_atomically(dir, CLEAN_SHUTDOWN_FILE, b"clean\n")
+}
+
+/// Removes the marker and reports whether it was there.
+pub fn take_clean_shutdown(dir: &Path) -> io::Result<bool> {
+    match fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE)) {
+        Ok(()) => {
+            sync_dir(dir)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<()> {
+    let tmp: PathBuf = dir.join(format!("{name}.tmp"));
+    let mut file = fs::File::create(&tmp)?;
+    file.write_all(contents)?;
+    file.sync_data()?;
+    fs::rename(&tmp, dir.join(name))?;
+    sync_dir(dir)
+}
+
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}

@@ -1,0 +1,150 @@
+//! Per-partition log settings: every field has a unit in its name, a default
+//! and a bound, and is validated once when the log is opened.
+
+use std::fmt;
+
+/// When appended bytes are forced to stable storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// fdatasync before an append is reported durable; concurrent appends share one sync.
+    Always,
+    /// fdatasync at most this often; acknowledgements do not wait for it.
+    IntervalMs(u64),
+    /// Never fdatasync except when a segment rolls or the log closes.
+    None,
+}
+
+impl fmt::Display for FlushPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FlushPolicy::Always => write!(f, "always"),
+            FlushPolicy::IntervalMs(ms) => write!(f, "interval_ms:{ms}"),
+            FlushPolicy::None => write!(f, "none"),
+        }
+    }
+}
+
+impl std::str::FromStr for FlushPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<FlushPolicy, String> {
+        match s {
+            "always" => Ok(FlushPolicy::Always),
+            "none" => Ok(FlushPolicy::None),
+            other => match other.strip_prefix("interval_ms:") {
+                Some(ms) => ms
+                    .parse()
+                    .map(FlushPolicy::IntervalMs)
+                    .map_err(|_| format!("bad flush interval in {other:?}")),
+                None => Err(format!(
+                    "flush policy {other:?} is not always, none or interval_ms:N"
+                )),
+            },
+        }
+    }
+}
+
+/// Settings of one partition log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Roll the active segment before it would exceed this size. Default 1 GiB;
+    /// at most 2 GiB - 1, since index positions are 32-bit.
+    pub segment_size_bytes: u64,
+    /// Roll the active segment once it is this old. Default 7 days.
+    pub segment_age_ms: i64,
+    /// Bytes of batches between two sparse index entries. Default 4 KiB.
+    pub index_interval_bytes: u32,
+    /// Delete closed segments whose newest record is older than this; `None` keeps
+    /// them forever. Default 7 days.
+    pub retention_ms: Option<i64>,
+    /// Delete the oldest closed segments while the log exceeds this size; `None`
+    /// for no size bound. Default none.
+    pub retention_bytes: Option<u64>,
+    pub flush_policy: FlushPolicy,
+    /// Largest batch accepted or read back. Default 4 MiB.
+    pub batch_bytes_max: usize,
+    /// Largest decompressed records section the log inflates (timestamp lookup).
+    /// Default 64 MiB.
+    pub decompressed_bytes_max: usize,
+    /// Size of one direct-write buffer. Default 1 MiB, a multiple of 4 KiB.
+    pub write_chunk_bytes: usize,
+    /// Appended bytes allowed in memory before appends wait for writes. Default 16 MiB.
+    pub unwritten_bytes_max: usize,
+}
+
+/// Segment positions are u32 in the index, with headroom for the batch that crosses.
+pub const SEGMENT_SIZE_BYTES_MAX: u64 = (i32::MAX as u64) - (64 << 20);
+pub const BATCH_BYTES_MAX_LIMIT: usize = 64 << 20;
+
+impl Default for LogConfig {
+    fn default() -> LogConfig {
+        LogConfig {
+            segment_size_bytes: 1 << 30,
+            segment_age_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            retention_ms: Some(7 * 24 * 3600 * 1000),
+            retention_bytes: None,
+            flush_policy: FlushPolicy::Always,
+            batch_bytes_max: 4 << 20,
+            decompressed_bytes_max: 64 << 20,
+            write_chunk_bytes: 1 << 20,
+            unwritten_bytes_max: 16 << 20,
+        }
+    }
+}
+
+/// A setting outside its bounds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("log config field {field}: {reason}")]
+pub struct LogConfigError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl LogConfig {
+    pub fn validate(&self) -> Result<(), LogConfigError> {
+        let bad = |field, reason: String| Err(LogConfigError { field, reason });
+        if self.segment_size_bytes < 4096 || self.segment_size_bytes > SEGMENT_SIZE_BYTES_MAX {
+            return bad(
+                "segment_size_bytes",
+                format!(
+                    "{} is outside 4096..={SEGMENT_SIZE_BYTES_MAX}",
+                    self.segment_size_bytes
+                ),
+            );
+        }
+        if self.segment_age_ms <= 0 {
+            return bad("segment_age_ms", "must be positive".into());
+        }
+        if self.index_interval_bytes == 0 {
+            return bad("index_interval_bytes", "must be positive".into());
+        }
+        if matches!(self.retention_ms, Some(ms) if ms <= 0) {
+            return bad("retention_ms", "must be positive".into());
+        }
+        if self.batch_bytes_max < 61 || self.batch_bytes_max > BATCH_BYTES_MAX_LIMIT {
+            return bad(
+                "batch_bytes_max",
+                format!(
+                    "{} is outside 61..={BATCH_BYTES_MAX_LIMIT}",
+                    self.batch_bytes_max
+                ),
+            );
+        }
+        if self.write_chunk_bytes < 4096 || self.write_chunk_bytes % 4096 != 0 {
+            return bad(
+                "write_chunk_bytes",
+                "must be a positive multiple of 4096".into(),
+            );
+        }
+        if self.unwritten_bytes_max < self.write_chunk_bytes + self.batch_bytes_max {
+            return bad(
+                "unwritten_bytes_max",
+                "must hold at least one chunk plus one batch".into(),
+            );
+        }
+        if matches!(self.flush_policy, FlushPolicy::IntervalMs(0)) {
+            return bad("flush_policy", "interval must be positive".into());
+        }
+        Ok(())
+    }
+}

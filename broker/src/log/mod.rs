@@ -1,0 +1,19 @@
+//! The partition log storage engine: segments of record batches on direct I/O
+//! with sparse offset and time indexes, recovery, retention and truncation.
+//! It never touches the network and runs on one executor without locks.
+
+mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod index;
+mod partition_log;
+pub mod policy;
+mod recovery;
+pub mod scan;
+pub mod segment;
+mod tail;
+pub mod verify;
+
+pub use config::{FlushPolicy, LogConfig, LogConfigError};
+pub use error::{LogError, LogResult};
+pub use partition_log::{AppendInfo, FetchedBatches, PartitionLog};

@@ -1,0 +1,944 @@
+//! The log of one partition replica: append, read, lookups, truncation,
+//! retention, flushing and close. It is owned by one shard and used from one
+//! executor only; it knows nothing of the network.
+//!
+//! Appends are synchronous in-memory steps (validate, stamp, stage in the tail,
+//! index) so offsets are assigned atomically; all file writes, syncs and file
+//! removals run under `io_gate`, one at a time, in segment order.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use protocol::record_batch::{field, peek_total_bytes};
+use protocol::{BatchHeader, LeaderEpoch, Offset, RecordBatch};
+
+use super::checkpoint;
+use super::config::{FlushPolicy, LogConfig};
+use super::error::{LogError, LogResult};
+use super::index::relative;
+use super::policy::{self, ActiveSummary, SegmentSummary};
+use super::recovery;
+use super::segment::{segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use super::tail::Tail;
+use crate::clock::Clock;
+use crate::runtime::{
+    self, AlignedBuffer, DirectFile, SerialGate, Watermark, DIRECT_IO_ALIGNMENT_BYTES,
+};
+
+/// How often, at most, the recovery point is persisted outside rolls and close.
+pub const RECOVERY_POINT_CHECKPOINT_MS: i64 = 10_000;
+
+/// Where an append landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: Offset,
+    pub last_offset: Offset,
+    pub log_end_offset: Offset,
+    pub max_timestamp_ms: i64,
+}
+
+/// Whole stored batches returned by a read, exactly as stored.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FetchedBatches {
+    pub bytes: Vec<u8>,
+    /// Offset after the last returned batch; the next read starts here.
+    pub next_offset: Offset,
+    pub batch_count: usize,
+}
+
+#[derive(Debug)]
+struct LogState {
+    segments: VecDeque<Segment>,
+    latest_epoch: LeaderEpoch,
+    /// Persisted recovery point: every offset below it is synced.
+    recovery_point: Offset,
+    recovery_point_written_ms: i64,
+    last_sync_ms: i64,
+    closed: bool,
+}
+
+impl LogState {
+    fn active(&self) -> &Segment {
+        self.segments
+            .back()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .back_mut()
+            .expect("a log always has an active segment")
+    }
+
+    fn segment_mut(&mut self, base: Offset) -> Option<&mut Segment> {
+        self.segments.iter_mut().find(|s| s.base == base)
+    }
+
+    /// Index of the segment holding `offset` (the last one starting at or before it).
+    fn segment_index_for(&self, offset: Offset) -> usize {
+        let at = self.segments.partition_point(|s| s.base <= offset);
+        assert!(at > 0, "offset {offset} below the log start");
+        at - 1
+    }
+
+    fn unwritten_bytes(&self) -> usize {
+        self.segments
+            .iter()
+            .filter_map(|s| s.tail.as_ref())
+            .map(Tail::unwritten_bytes)
+            .sum()
+    }
+}
+
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    clock: Rc<dyn Clock>,
+    state: RefCell<LogState>,
+    io_gate: SerialGate,
+    /// Offset below which every record is synced to disk.
+    durable: Watermark,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stamp {
+    /// Leader append: assign offsets and stamp the epoch.
+    Leader(LeaderEpoch),
+    /// Follower append: keep the leader's offsets and epoch.
+    Replica,
+}
+
+impl PartitionLog {
+    /// Opens (or creates) the partition log in `dir`, recovering from an unclean
+    /// shutdown first.
+    pub async fn open(
+        dir: &Path,
+        config: LogConfig,
+        clock: Rc<dyn Clock>,
+    ) -> LogResult<Rc<PartitionLog>> {
+        config.validate()?;
+        std::fs::create_dir_all(dir).map_err(|e| LogError::io(dir, e))?;
+        let recovered = recovery::recover(dir, &config, clock.now_ms()).await?;
+        let log_end = recovered
+            .segments
+            .back()
+            .expect("recovery yields a segment")
+            .next_offset;
+        let latest_epoch = recovered.segments.back().expect("segment").latest_epoch;
+        let log = PartitionLog {
+            dir: dir.to_path_buf(),
+            config,
+            clock,
+            state: RefCell::new(LogState {
+                segments: recovered.segments,
+                latest_epoch,
+                recovery_point: log_end,
+                recovery_point_written_ms: 0,
+                last_sync_ms: 0,
+                closed: false,
+            }),
+            io_gate: SerialGate::new(),
+            durable: Watermark::new(log_end.0),
+        };
+        {
+            let _gate = log.io_gate.enter().await;
+            let active_base = log.state.borrow().active().base;
+            let file = log.ensure_file(active_base).await?;
+            file.fdatasync()
+                .await
+                .map_err(|e| LogError::io(&log.dir, e))?;
+            log.persist_recovery_point(log_end)?;
+        }
+        log.check_invariants();
+        Ok(Rc::new(log))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        self.state.borrow().segments.front().expect("segment").base
+    }
+
+    pub fn log_end_offset(&self) -> Offset {
+        self.state.borrow().active().next_offset
+    }
+
+    /// Every offset below this one is synced to disk.
+    pub fn durable_offset(&self) -> Offset {
+        Offset(self.durable.get())
+    }
+
+    pub fn recovery_point(&self) -> Offset {
+        self.state.borrow().recovery_point
+    }
+
+    pub fn latest_epoch(&self) -> LeaderEpoch {
+        self.state.borrow().latest_epoch
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.state.borrow().segments.len()
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.state
+            .borrow()
+            .segments
+            .iter()
+            .map(|s| s.size_bytes)
+            .sum()
+    }
+
+    /// Base offsets of the segments, oldest first.
+    pub fn segment_bases(&self) -> Vec<Offset> {
+        self.state
+            .borrow()
+            .segments
+            .iter()
+            .map(|s| s.base)
+            .collect()
+    }
+
+    pub fn check_invariants(&self) {
+        let state = self.state.borrow();
+        let mut expected = state.segments.front().expect("segment").base;
+        for (i, segment) in state.segments.iter().enumerate() {
+            segment.check_invariants();
+            assert_eq!(segment.base, expected, "segments are contiguous");
+            expected = segment.next_offset;
+            let is_last = i + 1 == state.segments.len();
+            assert!(
+                is_last || !segment.is_empty() || segment.closing,
+                "only the active segment is empty"
+            );
+            assert_eq!(
+                is_last,
+                segment.tail.is_some() && !segment.closing,
+                "exactly the last segment is active"
+            );
+        }
+        assert!(
+            self.durable.get() <= expected.0,
+            "durable offset within the log"
+        );
+        assert!(state.recovery_point.0 <= self.durable.get().max(state.recovery_point.0));
+    }
+
+    /// Validates `batch`, assigns it the next offsets, stamps `leader_epoch` and
+    /// stages it for writing. Waits only when too many bytes are unwritten.
+    pub async fn append(&self, batch: &[u8], leader_epoch: LeaderEpoch) -> LogResult<AppendInfo> {
+        self.append_with(batch, Stamp::Leader(leader_epoch)).await
+    }
+
+    /// Appends a batch copied from the leader, keeping its offsets and epoch.
+    pub async fn append_replica(&self, batch: &[u8]) -> LogResult<AppendInfo> {
+        self.append_with(batch, Stamp::Replica).await
+    }
+
+    async fn append_with(&self, batch: &[u8], stamp: Stamp) -> LogResult<AppendInfo> {
+        let header = *RecordBatch::parse(batch, self.config.batch_bytes_max)?.header();
+        header.check_producer_batch()?;
+        while self.state.borrow().unwritten_bytes() + batch.len() > self.config.unwritten_bytes_max
+        {
+            let _gate = self.io_gate.enter().await;
+            self.write_out(false).await?;
+        }
+        let now_ms = self.clock.now_ms();
+        let mut state = self.state.borrow_mut();
+        if state.closed {
+            return Err(LogError::Closed);
+        }
+        let log_end = state.active().next_offset;
+        let (base, epoch) = match stamp {
+            Stamp::Leader(epoch) => (log_end, epoch),
+            Stamp::Replica => (header.base_offset, header.partition_leader_epoch),
+        };
+        if epoch < state.latest_epoch {
+            return Err(LogError::StaleLeaderEpoch {
+                epoch,
+                latest: state.latest_epoch,
+            });
+        }
+        if base != log_end {
+            return Err(LogError::NonContiguousReplica {
+                batch_base: base,
+                log_end,
+            });
+        }
+        let stored = BatchHeader {
+            base_offset: base,
+            partition_leader_epoch: epoch,
+            ..header
+        };
+        let active = state.active();
+        let summary = ActiveSummary {
+            base: active.base,
+            next_offset: active.next_offset,
+            size_bytes: active.size_bytes,
+            created_ms: active.created_ms,
+        };
+        if policy::should_roll(
+            &self.config,
+            summary,
+            batch.len() as u64,
+            stored.next_offset(),
+            now_ms,
+        ) {
+            self.roll(&mut state, now_ms);
+        }
+        let mut stamped_prefix = [0u8; field::MAGIC];
+        stamped_prefix.copy_from_slice(&batch[..field::MAGIC]);
+        stamped_prefix[field::BASE_OFFSET..field::BASE_OFFSET + 8]
+            .copy_from_slice(&base.0.to_be_bytes());
+        stamped_prefix[field::PARTITION_LEADER_EPOCH..field::PARTITION_LEADER_EPOCH + 4]
+            .copy_from_slice(&epoch.0.to_be_bytes());
+        let interval = self.config.index_interval_bytes;
+        let active = state.active_mut();
+        let tail = active.tail.as_mut().expect("active segment has a tail");
+        tail.append(&stamped_prefix);
+        tail.append(&batch[field::MAGIC..]);
+        active.account_batch(&stored, interval);
+        state.latest_epoch = epoch;
+        Ok(AppendInfo {
+            base_offset: base,
+            last_offset: stored.last_offset(),
+            log_end_offset: stored.next_offset(),
+            max_timestamp_ms: stored.max_timestamp_ms,
+        })
+    }
+
+    fn roll(&self, state: &mut LogState, now_ms: i64) {
+        let active = state.active_mut();
+        active.closing = true;
+        active.tail.as_mut().expect("tail").seal_partial();
+        let base = active.next_offset;
+        let epoch = active.latest_epoch;
+        let mut next = Segment::new_active(
+            base,
+            now_ms,
+            self.config.write_chunk_bytes,
+            self.config.index_interval_bytes,
+        );
+        next.latest_epoch = epoch;
+        state.segments.push_back(next);
+    }
+
+    /// Waits until the records below `next_offset` may be acknowledged under the
+    /// flush policy: synced for `always`, appended otherwise.
+    pub async fn wait_for_ack(&self, next_offset: Offset) -> LogResult<()> {
+        match self.config.flush_policy {
+            FlushPolicy::Always => self.flush_to(next_offset).await,
+            FlushPolicy::IntervalMs(_) | FlushPolicy::None => Ok(()),
+        }
+    }
+
+    /// Writes and syncs everything below `target`. Callers that arrive while a
+    /// sync is in flight wait for it and then share the next one: group commit.
+    pub async fn flush_to(&self, target: Offset) -> LogResult<()> {
+        assert!(
+            target <= self.log_end_offset(),
+            "flush target beyond the log end"
+        );
+        while self.durable.get() < target.0 {
+            let _gate = self.io_gate.enter().await;
+            if self.durable.get() >= target.0 {
+                break;
+            }
+            self.write_out(true).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes and syncs everything appended so far.
+    pub async fn flush(&self) -> LogResult<()> {
+        self.flush_to(self.log_end_offset()).await
+    }
+
+    /// Periodic work: interval flushes, write-behind of staged bytes and
+    /// recovery-point checkpoints. The owner calls it every few milliseconds.
+    pub async fn maintain(&self) -> LogResult<()> {
+        let now_ms = self.clock.now_ms();
+        let (last_sync_ms, has_unwritten) = {
+            let state = self.state.borrow();
+            (state.last_sync_ms, state.unwritten_bytes() > 0)
+        };
+        let _gate = self.io_gate.enter().await;
+        match self.config.flush_policy {
+            FlushPolicy::IntervalMs(ms) if now_ms - last_sync_ms >= ms as i64 => {
+                self.write_out(true).await?
+            }
+            _ if has_unwritten => self.write_out(false).await?,
+            _ => {}
+        }
+        let due =
+            now_ms - self.state.borrow().recovery_point_written_ms >= RECOVERY_POINT_CHECKPOINT_MS;
+        if due && self.durable_offset() > self.recovery_point() {
+            self.persist_recovery_point(self.durable_offset())?;
+        }
+        Ok(())
+    }
+
+    fn persist_recovery_point(&self, offset: Offset) -> LogResult<()> {
+        checkpoint::write_recovery_point(&self.dir, offset)
+            .map_err(|e| LogError::io(&self.dir, e))?;
+        let mut state = self.state.borrow_mut();
+        state.recovery_point = offset;
+        state.recovery_point_written_ms = self.clock.now_ms();
+        Ok(())
+    }
+
+    async fn ensure_file(&self, base: Offset) -> LogResult<DirectFile> {
+        if let Some(file) = self
+            .state
+            .borrow_mut()
+            .segment_mut(base)
+            .and_then(|s| s.file.clone())
+        {
+            return Ok(file);
+        }
+        let path = segment_path(&self.dir, base, LOG_SUFFIX);
+        let file = DirectFile::create_new(&path)
+            .await
+            .map_err(|e| LogError::io(&path, e))?;
+        checkpoint::sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
+        if let Some(segment) = self.state.borrow_mut().segment_mut(base) {
+            segment.file = Some(file.clone());
+        }
+        Ok(file)
+    }
+
+    /// Carries staged bytes of every segment to its file in order, finishes
+    /// rolled segments, and with `sync` makes everything appended before the
+    /// call durable. Callers hold `io_gate`.
+    async fn write_out(&self, sync: bool) -> LogResult<()> {
+        assert!(self.io_gate.is_held());
+        let target_end = self.log_end_offset();
+        let bases: Vec<Offset> = self
+            .state
+            .borrow()
+            .segments
+            .iter()
+            .filter(|s| s.tail.is_some())
+            .map(|s| s.base)
+            .collect();
+        for base in bases {
+            let file = self.ensure_file(base).await?;
+            let end = {
+                let mut state = self.state.borrow_mut();
+                let tail = state
+                    .segment_mut(base)
+                    .and_then(|s| s.tail.as_mut())
+                    .expect("tail");
+                tail.seal_partial();
+                tail.end()
+            };
+            loop {
+                let chunk = {
+                    let state = self.state.borrow();
+                    let segment = state
+                        .segments
+                        .iter()
+                        .find(|s| s.base == base)
+                        .expect("segment");
+                    segment.tail.as_ref().and_then(Tail::front_sealed)
+                };
+                let Some(chunk) = chunk.filter(|c| c.start < end) else {
+                    break;
+                };
+                let path = segment_path(&self.dir, base, LOG_SUFFIX);
+                file.write_at(&chunk.buffer, chunk.start)
+                    .await
+                    .map_err(|e| LogError::io(&path, e))?;
+                let mut state = self.state.borrow_mut();
+                let tail = state
+                    .segment_mut(base)
+                    .and_then(|s| s.tail.as_mut())
+                    .expect("tail");
+                tail.pop_written(chunk.start);
+            }
+            let closing = self
+                .state
+                .borrow_mut()
+                .segment_mut(base)
+                .is_some_and(|s| s.closing);
+            if closing {
+                self.finish_closing(base, &file).await?;
+            }
+        }
+        if sync {
+            let file = self.state.borrow().active().file.clone();
+            if let Some(file) = file {
+                file.fdatasync()
+                    .await
+                    .map_err(|e| LogError::io(&self.dir, e))?;
+            }
+            self.state.borrow_mut().last_sync_ms = self.clock.now_ms();
+            if target_end.0 > self.durable.get() {
+                self.durable.advance(target_end.0);
+            }
+        }
+        Ok(())
+    }
+
+    /// A rolled segment, fully written: sync it, cut the alignment padding, write
+    /// its index files, and move the recovery point past it.
+    async fn finish_closing(&self, base: Offset, file: &DirectFile) -> LogResult<()> {
+        let (size, next_offset, index_bytes, time_bytes) = {
+            let state = self.state.borrow();
+            let s = state
+                .segments
+                .iter()
+                .find(|s| s.base == base)
+                .expect("segment");
+            (
+                s.size_bytes,
+                s.next_offset,
+                s.offset_index.encode(),
+                s.time_index.encode(),
+            )
+        };
+        let path = segment_path(&self.dir, base, LOG_SUFFIX);
+        file.truncate(size)
+            .await
+            .map_err(|e| LogError::io(&path, e))?;
+        file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
+        write_small_file(&segment_path(&self.dir, base, INDEX_SUFFIX), &index_bytes).await?;
+        write_small_file(
+            &segment_path(&self.dir, base, TIME_INDEX_SUFFIX),
+            &time_bytes,
+        )
+        .await?;
+        {
+            let mut state = self.state.borrow_mut();
+            let segment = state.segment_mut(base).expect("segment");
+            segment.tail = None;
+            segment.closing = false;
+        }
+        if next_offset.0 > self.durable.get() {
+            self.durable.advance(next_offset.0);
+        }
+        self.persist_recovery_point(next_offset)?;
+        Ok(())
+    }
+
+    /// Reads whole batches from `start` while their total stays within
+    /// `max_bytes` (the first batch is returned even if larger, so a reader always
+    /// progresses) and they end at or below `end_offset` (e.g. the high
+    /// watermark). Reads stop at a segment boundary.
+    pub async fn read(
+        &self,
+        start: Offset,
+        max_bytes: usize,
+        end_offset: Offset,
+    ) -> LogResult<FetchedBatches> {
+        let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
+        if start < log_start || start > log_end {
+            return Err(LogError::OffsetOutOfRange {
+                requested: start,
+                log_start,
+                log_end,
+            });
+        }
+        let end_offset = end_offset.min(log_end);
+        let empty = FetchedBatches {
+            bytes: Vec::new(),
+            next_offset: start,
+            batch_count: 0,
+        };
+        if start >= end_offset {
+            return Ok(empty);
+        }
+        let (base, entry_position, size_bytes) = {
+            let state = self.state.borrow();
+            let mut i = state.segment_index_for(start);
+            if state.segments[i].next_offset <= start {
+                i += 1;
+            }
+            let segment = &state.segments[i];
+            let entry = segment.offset_index.lookup(relative(segment.base, start));
+            (segment.base, u64::from(entry.position), segment.size_bytes)
+        };
+        let window = (size_bytes - entry_position).min(
+            (max_bytes + self.config.index_interval_bytes as usize + self.config.batch_bytes_max)
+                as u64,
+        );
+        let mut bytes = self
+            .read_range(base, entry_position, window as usize)
+            .await?;
+        let mut at = 0usize;
+        let mut first = None;
+        let mut result = empty;
+        while let Some(total) = peek_total_bytes(&bytes[at..]) {
+            let total = total as usize;
+            if at + total > bytes.len() {
+                if first.is_none() && at + total <= (size_bytes - entry_position) as usize {
+                    // The first batch does not fit the window: read it whole.
+                    let mut rest = self
+                        .read_range(
+                            base,
+                            entry_position + bytes.len() as u64,
+                            at + total - bytes.len(),
+                        )
+                        .await?;
+                    bytes.append(&mut rest);
+                    continue;
+                }
+                break;
+            }
+            let batch = RecordBatch::parse(&bytes[at..at + total], self.config.batch_bytes_max)
+                .map_err(|e| LogError::Corrupt {
+                    path: segment_path(&self.dir, base, LOG_SUFFIX),
+                    position: entry_position + at as u64,
+                    reason: e.to_string(),
+                })?;
+            let header = *batch.header();
+            if header.next_offset() <= start {
+                at += total;
+                continue;
+            }
+            let taken = at - first.unwrap_or(at);
+            if header.next_offset() > end_offset || (first.is_some() && taken + total > max_bytes) {
+                break;
+            }
+            first.get_or_insert(at);
+            result.next_offset = header.next_offset();
+            result.batch_count += 1;
+            at += total;
+        }
+        if let Some(from) = first {
+            bytes.truncate(at);
+            bytes.drain(..from);
+            result.bytes = bytes;
+        }
+        Ok(result)
+    }
+
+    /// Bytes [position, position + len) of a segment, from its staged tail where
+    /// they are not yet written and from the file below that.
+    async fn read_range(&self, base: Offset, position: u64, len: usize) -> LogResult<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        let (file, disk_end) = {
+            let state = self.state.borrow();
+            let segment = state
+                .segments
+                .iter()
+                .find(|s| s.base == base)
+                .ok_or(LogError::Closed)?;
+            let floor = segment
+                .tail
+                .as_ref()
+                .map_or(segment.size_bytes, Tail::floor);
+            let end = position + len as u64;
+            assert!(end <= segment.size_bytes, "read within the segment");
+            // Copy the staged part now: once written, it leaves the tail.
+            if end > floor {
+                let from = position.max(floor);
+                let tail = segment
+                    .tail
+                    .as_ref()
+                    .expect("tail holds bytes above the floor");
+                tail.read(from, &mut out[(from - position) as usize..]);
+            }
+            (segment.file.clone(), floor.min(end))
+        };
+        if disk_end > position {
+            let file = file.expect("bytes below the tail floor are in the file");
+            let path = segment_path(&self.dir, base, LOG_SUFFIX);
+            let want = (disk_end - position) as usize;
+            let read = file
+                .read_at(position, want)
+                .await
+                .map_err(|e| LogError::io(&path, e))?;
+            if read.len() < want {
+                return Err(LogError::Corrupt {
+                    path,
+                    position: position + read.len() as u64,
+                    reason: "segment file shorter than its contents".into(),
+                });
+            }
+            out[..want].copy_from_slice(&read[..want]);
+        }
+        Ok(out)
+    }
+
+    /// The offset of the first record whose timestamp is at or after
+    /// `timestamp_ms`, or `None` if every record is older.
+    pub async fn offset_for_timestamp(&self, timestamp_ms: i64) -> LogResult<Option<Offset>> {
+        let found = {
+            let state = self.state.borrow();
+            state
+                .segments
+                .iter()
+                .find(|s| s.max_timestamp_ms >= timestamp_ms)
+                .map(|s| {
+                    let start = s
+                        .time_index
+                        .scan_start(timestamp_ms)
+                        .map_or(0, |e| e.relative_offset);
+                    (
+                        s.base,
+                        u64::from(s.offset_index.lookup(start).position),
+                        s.size_bytes,
+                    )
+                })
+        };
+        let Some((base, mut position, size_bytes)) = found else {
+            return Ok(None);
+        };
+        while position < size_bytes {
+            let window =
+                (size_bytes - position).min(self.config.batch_bytes_max as u64 + (1 << 20));
+            let bytes = self.read_range(base, position, window as usize).await?;
+            let mut at = 0usize;
+            while let Some(total) = peek_total_bytes(&bytes[at..]) {
+                let total = total as usize;
+                if at + total > bytes.len() {
+                    break;
+                }
+                let corrupt = |reason: String| LogError::Corrupt {
+                    path: segment_path(&self.dir, base, LOG_SUFFIX),
+                    position: position + at as u64,
+                    reason,
+                };
+                let batch = RecordBatch::parse(&bytes[at..at + total], self.config.batch_bytes_max)
+                    .map_err(|e| corrupt(e.to_string()))?;
+                if batch.header().max_timestamp_ms >= timestamp_ms {
+                    let section = batch
+                        .records_section(self.config.decompressed_bytes_max)
+                        .map_err(|e| corrupt(e.to_string()))?;
+                    for record in section.iter() {
+                        let record = record.map_err(|e| corrupt(e.to_string()))?;
+                        if record.timestamp_ms >= timestamp_ms {
+                            return Ok(Some(record.offset));
+                        }
+                    }
+                }
+                at += total;
+            }
+            assert!(at > 0, "a window holds at least one batch");
+            position += at as u64;
+            runtime::yield_now().await;
+        }
+        Ok(None)
+    }
+
+    /// Removes every record at or after `offset` (rounded down to the start of the
+    /// batch holding it) so the log ends there. Used by replication to cut a
+    /// divergent suffix.
+    pub async fn truncate_to(&self, offset: Offset) -> LogResult<Offset> {
+        let _gate = self.io_gate.enter().await;
+        let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
+        if offset >= log_end {
+            return Ok(log_end);
+        }
+        if offset < log_start {
+            return Err(LogError::OffsetOutOfRange {
+                requested: offset,
+                log_start,
+                log_end,
+            });
+        }
+        self.write_out(false).await?;
+        let index = self.state.borrow().segment_index_for(offset);
+        let (base, file, start_position, size_bytes) = {
+            let state = self.state.borrow();
+            let s = &state.segments[index];
+            (
+                s.base,
+                s.file.clone().expect("written above"),
+                u64::from(s.offset_index.lookup(relative(s.base, offset)).position),
+                s.size_bytes,
+            )
+        };
+        // Find the batch holding `offset` by scanning headers from the index entry.
+        let mut scanner = super::scan::SegmentScanner::new(
+            file.clone(),
+            size_bytes,
+            start_position,
+            None,
+            self.config.batch_bytes_max,
+            super::scan::ScanDepth::Headers,
+        );
+        let mut cut = (start_position, offset);
+        while let Some(batch) = scanner.next().await.map_err(|e| self.scan_error(base, e))? {
+            if batch.header.next_offset() > offset {
+                cut = (batch.position, batch.header.base_offset);
+                break;
+            }
+        }
+        self.remove_segments_after(index).await?;
+        let path = segment_path(&self.dir, base, LOG_SUFFIX);
+        file.truncate(cut.0)
+            .await
+            .map_err(|e| LogError::io(&path, e))?;
+        file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            remove_if_exists(&segment_path(&self.dir, base, suffix))?;
+        }
+        let rebuilt = recovery::rebuild_segment(
+            &self.dir,
+            base,
+            &file,
+            cut.0,
+            &self.config,
+            self.clock.now_ms(),
+        )
+        .await?;
+        let new_end = rebuilt.segment.next_offset;
+        assert_eq!(new_end, cut.1, "truncation lands on a batch boundary");
+        {
+            let mut state = self.state.borrow_mut();
+            let latest_epoch = rebuilt.segment.latest_epoch;
+            *state.segments.back_mut().expect("segment") = rebuilt.segment;
+            state.latest_epoch = latest_epoch;
+        }
+        if self.durable.get() > new_end.0 {
+            self.durable.reset(new_end.0);
+        }
+        if self.recovery_point() > new_end {
+            self.persist_recovery_point(new_end)?;
+        }
+        self.check_invariants();
+        Ok(new_end)
+    }
+
+    fn scan_error(&self, base: Offset, error: super::scan::ScanError) -> LogError {
+        let path = segment_path(&self.dir, base, LOG_SUFFIX);
+        match error {
+            super::scan::ScanError::Io(e) => LogError::io(path, e),
+            super::scan::ScanError::Corrupt { position, reason } => LogError::Corrupt {
+                path,
+                position,
+                reason,
+            },
+        }
+    }
+
+    async fn remove_segments_after(&self, index: usize) -> LogResult<()> {
+        let removed: Vec<Segment> = self
+            .state
+            .borrow_mut()
+            .segments
+            .drain(index + 1..)
+            .collect();
+        for segment in removed.into_iter().rev() {
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                remove_if_exists(&segment_path(&self.dir, segment.base, suffix))?;
+            }
+        }
+        checkpoint::sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))
+    }
+
+    /// Deletes the oldest closed segments that retention no longer keeps, never
+    /// past `end_limit`; returns how many went. The log start moves up with them.
+    pub async fn enforce_retention(&self, end_limit: Offset) -> LogResult<usize> {
+        let _gate = self.io_gate.enter().await;
+        // The active segment's file must exist before older ones go, or a restart
+        // would not know where the log starts.
+        let active_base = self.state.borrow().active().base;
+        self.ensure_file(active_base).await?;
+        let count = {
+            let state = self.state.borrow();
+            let summaries: Vec<SegmentSummary> = state
+                .segments
+                .iter()
+                .map(|s| SegmentSummary {
+                    next_offset: s.next_offset,
+                    size_bytes: s.size_bytes,
+                    max_timestamp_ms: s.max_timestamp_ms,
+                    closed: s.tail.is_none(),
+                })
+                .collect();
+            policy::segments_to_delete(&self.config, &summaries, end_limit, self.clock.now_ms())
+        };
+        let removed: Vec<Segment> = self.state.borrow_mut().segments.drain(..count).collect();
+        for segment in &removed {
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                remove_if_exists(&segment_path(&self.dir, segment.base, suffix))?;
+            }
+        }
+        if count > 0 {
+            checkpoint::sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
+        }
+        Ok(count)
+    }
+
+    /// Writes and syncs everything, trims the active segment's padding, writes
+    /// its indexes and a clean-shutdown marker, so the next open skips recovery.
+    pub async fn close(&self) -> LogResult<()> {
+        let _gate = self.io_gate.enter().await;
+        if self.state.borrow().closed {
+            return Ok(());
+        }
+        self.write_out(true).await?;
+        let base = self.state.borrow().active().base;
+        let file = self.ensure_file(base).await?;
+        let (size, end, index_bytes, time_bytes) = {
+            let state = self.state.borrow();
+            let s = state.active();
+            (
+                s.size_bytes,
+                s.next_offset,
+                s.offset_index.encode(),
+                s.time_index.encode(),
+            )
+        };
+        let path = segment_path(&self.dir, base, LOG_SUFFIX);
+        file.truncate(size)
+            .await
+            .map_err(|e| LogError::io(&path, e))?;
+        file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
+        write_small_file(&segment_path(&self.dir, base, INDEX_SUFFIX), &index_bytes).await?;
+        write_small_file(
+            &segment_path(&self.dir, base, TIME_INDEX_SUFFIX),
+            &time_bytes,
+        )
+        .await?;
+        self.persist_recovery_point(end)?;
+        checkpoint::write_clean_shutdown(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
+        self.state.borrow_mut().closed = true;
+        Ok(())
+    }
+}
+
+fn remove_if_exists(path: &Path) -> LogResult<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(LogError::io(path, e)),
+    }
+}
+
+/// Writes a whole small file (an index) with direct I/O: padded aligned write,
+/// then truncation to the exact length and a sync.
+pub(super) async fn write_small_file(path: &Path, bytes: &[u8]) -> LogResult<()> {
+    remove_if_exists(path)?;
+    let file = DirectFile::create_new(path)
+        .await
+        .map_err(|e| LogError::io(path, e))?;
+    let padded =
+        (bytes.len() as u64).div_ceil(DIRECT_IO_ALIGNMENT_BYTES) * DIRECT_IO_ALIGNMENT_BYTES;
+    if padded > 0 {
+        let mut buffer = AlignedBuffer::new(padded as usize);
+        buffer.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
+        buffer.as_mut_slice()[bytes.len()..].fill(0);
+        let shared = buffer.seal(padded as usize);
+        file.write_at(&shared, 0)
+            .await
+            .map_err(|e| LogError::io(path, e))?;
+    }
+    file.truncate(bytes.len() as u64)
+        .await
+        .map_err(|e| LogError::io(path, e))?;
+    file.fdatasync().await.map_err(|e| LogError::io(path, e))?;
+    Ok(())
+}

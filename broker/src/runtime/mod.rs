@@ -1,0 +1,39 @@
+//! The only module that names glommio. Everything else in the broker reaches the
+//! executor, direct-I/O files and task-level synchronisation through the types
+//! here, so the runtime stays swappable and the rest stays testable.
+
+pub mod file;
+pub mod gate;
+pub mod watermark;
+
+pub use file::{AlignedBuffer, DirectFile, ReadBytes, SharedBuffer, DIRECT_IO_ALIGNMENT_BYTES};
+pub use gate::SerialGate;
+pub use watermark::Watermark;
+
+use std::future::Future;
+use std::time::Duration;
+
+/// io_uring registered-buffer memory per executor. glommio's default of 10 MiB
+/// exceeds the usual 8 MiB memlock limit and then silently falls back to
+/// unregistered buffers; 2 MiB stays inside it even with a few executors.
+pub const IO_MEMORY_BYTES: usize = 2 << 20;
+
+/// Runs `future` to completion on a fresh unpinned executor on this thread.
+/// Used by tools and tests; the broker's shards use pinned executors.
+pub fn run_local<T>(future: impl Future<Output = T>) -> T {
+    let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .io_memory(IO_MEMORY_BYTES)
+        .make()
+        .expect("an io_uring executor can be created (is io_uring enabled?)");
+    executor.run(future)
+}
+
+/// Sleeps on the current executor's timer.
+pub async fn sleep(duration: Duration) {
+    glommio::timer::sleep(duration).await;
+}
+
+/// Yields to other tasks on this executor, so long loops do not starve them.
+pub async fn yield_now() {
+    glommio::yield_if_needed().await;
+}

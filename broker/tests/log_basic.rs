@@ -1,0 +1,101 @@
+//! Append, read, lookup and reopen through the real direct-I/O path.
+
+mod support;
+
+use std::rc::Rc;
+
+use broker::clock::ManualClock;
+use broker::log::{FlushPolicy, LogError};
+use protocol::{LeaderEpoch, Offset};
+use support::*;
+
+/// Appended batches come back whole, in order, with assigned offsets, from
+/// memory before they are written and from disk after a reopen.
+#[test]
+fn append_read_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let log = open(dir.path(), small_config(), &clock).await;
+        let mut expected = Vec::new();
+        for tag in 0..200u64 {
+            let info = log
+                .append(&batch(tag, 5, 1_000 + tag as i64 * 10, 100), LeaderEpoch(1))
+                .await
+                .unwrap();
+            assert_eq!(info.base_offset, Offset(tag as i64 * 5));
+            expected.push(tag);
+        }
+        assert!(log.segment_count() > 1, "rolled: {}", log.segment_count());
+        let check = |bytes: &[u8], from_tag: u64| {
+            for (i, (base, values)) in decode(bytes).into_iter().enumerate() {
+                let tag = from_tag + i as u64;
+                assert_eq!(base, tag as i64 * 5);
+                assert_eq!(values.len(), 5);
+                assert!(values[0].starts_with(format!("{tag}:0:").as_bytes()));
+            }
+        };
+        let mut next = Offset(0);
+        let mut seen = 0;
+        while next < log.log_end_offset() {
+            let fetched = log.read(next, 4096, log.log_end_offset()).await.unwrap();
+            assert!(fetched.batch_count > 0);
+            check(&fetched.bytes, (next.0 / 5) as u64);
+            seen += fetched.batch_count;
+            next = fetched.next_offset;
+        }
+        assert_eq!(seen, 200);
+        // Mid-batch start returns the batch holding the offset.
+        let fetched = log.read(Offset(7), 1, Offset(1000)).await.unwrap();
+        assert_eq!(decode(&fetched.bytes)[0].0, 5);
+        assert_eq!(
+            log.offset_for_timestamp(1_000 + 50 * 10 + 2).await.unwrap(),
+            Some(Offset(252))
+        );
+        assert_eq!(log.offset_for_timestamp(0).await.unwrap(), Some(Offset(0)));
+        assert_eq!(log.offset_for_timestamp(1 << 50).await.unwrap(), None);
+        log.close().await.unwrap();
+
+        let log = open(dir.path(), small_config(), &clock).await;
+        assert_eq!(log.log_end_offset(), Offset(1000));
+        let fetched = log.read(Offset(500), 1 << 20, Offset(1000)).await.unwrap();
+        check(&fetched.bytes, 100);
+        assert!(matches!(
+            log.read(Offset(1001), 10, Offset(2000)).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        assert!(matches!(
+            log.append(&batch(1, 1, 0, 1), LeaderEpoch(0)).await,
+            Err(LogError::StaleLeaderEpoch { .. })
+        ));
+        log.check_invariants();
+    });
+}
+
+/// With flush `always`, concurrent appends all become durable and a crash
+/// (no close) loses nothing acknowledged.
+#[test]
+fn flush_always_is_durable_without_close() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let config = broker::log::LogConfig {
+            flush_policy: FlushPolicy::Always,
+            ..small_config()
+        };
+        let log = open(dir.path(), config.clone(), &clock).await;
+        for tag in 0..50u64 {
+            let info = log
+                .append(&batch(tag, 3, 1_000, 200), LeaderEpoch(0))
+                .await
+                .unwrap();
+            log.wait_for_ack(info.log_end_offset).await.unwrap();
+            assert!(log.durable_offset() >= info.log_end_offset);
+        }
+        drop(log); // no close: like a crash after the acknowledgements
+        let log = open(dir.path(), config, &clock).await;
+        assert_eq!(log.log_end_offset(), Offset(150));
+        let fetched = log.read(Offset(0), 1 << 20, Offset(150)).await.unwrap();
+        assert!(fetched.batch_count > 0);
+    });
+}
