@@ -12,6 +12,7 @@ use super::checkpoint;
 use super::config::LogConfig;
 use super::error::{LogError, LogResult};
 use super::index::{OffsetIndex, TimeIndex};
+use super::partition_log::write_small_file;
 use super::scan::{ScanDepth, ScanError, SegmentScanner};
 use super::segment::{
     parse_segment_name, segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
@@ -68,7 +69,14 @@ pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogR
                 corruption: None,
             },
             None => {
-                scan_segment(dir, base, &file, file_bytes, latest_epoch, config, now_ms).await?
+                let rebuilt =
+                    scan_segment(dir, base, &file, file_bytes, latest_epoch, config, now_ms)
+                        .await?;
+                if next_base.is_some() && rebuilt.corruption.is_none() {
+                    // A closed segment's indexes are never written again: persist the rebuilt ones.
+                    write_index_files(dir, &rebuilt.segment).await?;
+                }
+                rebuilt
             }
         };
         let corrupted = rebuilt.corruption.is_some();
@@ -137,6 +145,19 @@ fn remove_segments(dir: &Path, bases: &[Offset]) -> LogResult<()> {
         }
     }
     checkpoint::sync_dir(dir).map_err(|e| LogError::io(dir, e))
+}
+
+async fn write_index_files(dir: &Path, segment: &Segment) -> LogResult<()> {
+    write_small_file(
+        &segment_path(dir, segment.base, INDEX_SUFFIX),
+        &segment.offset_index.encode(),
+    )
+    .await?;
+    write_small_file(
+        &segment_path(dir, segment.base, TIME_INDEX_SUFFIX),
+        &segment.time_index.encode(),
+    )
+    .await
 }
 
 async fn read_small_file(path: &Path) -> LogResult<Option<Vec<u8>>> {
