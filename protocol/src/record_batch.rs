@@ -90,6 +90,8 @@ pub enum BatchError {
     CrcMismatch { stored: u32, computed: u32 },
     #[error("unsupported compression codec {0}")]
     UnsupportedCodec(u8),
+    #[error("base offset {0} is negative or too close to the largest offset")]
+    InvalidBaseOffset(i64),
     #[error("invalid record count {0}")]
     InvalidRecordCount(i32),
     #[error("invalid last offset delta {last_offset_delta} for {record_count} records")]
@@ -179,6 +181,12 @@ impl BatchHeader {
         Compression::from_code((self.attributes & ATTRIBUTE_CODEC_MASK) as u8)?;
         if self.record_count < 0 {
             return Err(BatchError::InvalidRecordCount(self.record_count));
+        }
+        // Offsets past the batch must stay representable: next_offset() never overflows.
+        if self.base_offset.0 < 0
+            || self.base_offset.0 > i64::MAX - i64::from(self.last_offset_delta.max(0)) - 1
+        {
+            return Err(BatchError::InvalidBaseOffset(self.base_offset.0));
         }
         if self.last_offset_delta < 0 || self.last_offset_delta < self.record_count - 1 {
             return Err(BatchError::InvalidLastOffsetDelta {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use protocol::record_batch::{field, peek_total_bytes};
-use protocol::{BatchHeader, LeaderEpoch, Offset, RecordBatch};
+use protocol::{BatchHeader, LeaderEpoch, Offset, RecordBatch, BATCH_HEADER_BYTES};
 
 use super::checkpoint;
 use super::config::{FlushPolicy, LogConfig};
@@ -29,6 +29,10 @@ use crate::runtime::{
 
 /// How often, at most, the recovery point is persisted outside rolls and close.
 pub const RECOVERY_POINT_CHECKPOINT_MS: i64 = 10_000;
+
+/// Direct writes of one segment in flight at once. A few keep the device busy
+/// while the next completes; more only add memory held by in-flight buffers.
+pub const WRITE_BEHIND_CHUNKS_MAX: usize = 4;
 
 /// Where an append landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -442,28 +446,47 @@ impl PartitionLog {
                 tail.end()
             };
             loop {
-                let chunk = {
+                let wave = {
                     let state = self.state.borrow();
                     let segment = state
                         .segments
                         .iter()
                         .find(|s| s.base == base)
                         .expect("segment");
-                    segment.tail.as_ref().and_then(Tail::front_sealed)
+                    segment
+                        .tail
+                        .as_ref()
+                        .expect("tail")
+                        .write_wave(end, WRITE_BEHIND_CHUNKS_MAX)
                 };
-                let Some(chunk) = chunk.filter(|c| c.start < end) else {
+                if wave.is_empty() {
                     break;
-                };
-                let path = segment_path(&self.dir, base, LOG_SUFFIX);
-                file.write_at(&chunk.buffer, chunk.start)
-                    .await
-                    .map_err(|e| LogError::io(&path, e))?;
+                }
+                let writes: Vec<_> = wave
+                    .iter()
+                    .map(|chunk| {
+                        let (file, buffer, start) =
+                            (file.clone(), chunk.buffer.clone(), chunk.start);
+                        runtime::spawn(async move { file.write_at(&buffer, start).await })
+                    })
+                    .collect();
+                let mut failure = None;
+                for write in writes {
+                    if let Err(e) = write.await {
+                        failure.get_or_insert(e);
+                    }
+                }
+                if let Some(e) = failure {
+                    return Err(LogError::io(segment_path(&self.dir, base, LOG_SUFFIX), e));
+                }
                 let mut state = self.state.borrow_mut();
                 let tail = state
                     .segment_mut(base)
                     .and_then(|s| s.tail.as_mut())
                     .expect("tail");
-                tail.pop_written(chunk.start);
+                for chunk in &wave {
+                    tail.pop_written(chunk.start);
+                }
             }
             let closing = self
                 .state
@@ -567,9 +590,10 @@ impl PartitionLog {
             let entry = segment.offset_index.lookup(relative(segment.base, start));
             (segment.base, u64::from(entry.position), segment.size_bytes)
         };
+        // Enough for the scan from the index entry plus `max_bytes`; a first batch
+        // larger than that is read whole below.
         let window = (size_bytes - entry_position).min(
-            (max_bytes + self.config.index_interval_bytes as usize + self.config.batch_bytes_max)
-                as u64,
+            (max_bytes + 2 * self.config.index_interval_bytes as usize + BATCH_HEADER_BYTES) as u64,
         );
         let mut bytes = self
             .read_range(base, entry_position, window as usize)

@@ -136,6 +136,25 @@ impl Tail {
         self.sealed.front().cloned()
     }
 
+    /// The oldest sealed chunks below `end` that may be written concurrently: up
+    /// to `count_max` of them, ending at the first one whose end is not aligned,
+    /// since the chunk after it rewrites that last page and must land later.
+    pub fn write_wave(&self, end: u64, count_max: usize) -> Vec<SealedChunk> {
+        let mut wave = Vec::new();
+        for chunk in self
+            .sealed
+            .iter()
+            .take_while(|c| c.start < end)
+            .take(count_max)
+        {
+            wave.push(chunk.clone());
+            if (chunk.start + chunk.len as u64) % ALIGN != 0 {
+                break;
+            }
+        }
+        wave
+    }
+
     /// Records that the oldest sealed chunk reached the file.
     pub fn pop_written(&mut self, start: u64) {
         let chunk = self.sealed.pop_front().expect("a chunk was being written");

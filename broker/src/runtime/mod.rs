@@ -28,6 +28,30 @@ pub fn run_local<T>(future: impl Future<Output = T>) -> T {
     executor.run(future)
 }
 
+/// Runs `future` as a task of the current executor; awaiting the handle yields
+/// its output. Dropping the handle detaches the task.
+pub fn spawn<T: 'static>(future: impl Future<Output = T> + 'static) -> Task<T> {
+    Task {
+        inner: glommio::spawn_local(future),
+    }
+}
+
+/// A spawned task's handle.
+#[derive(Debug)]
+pub struct Task<T> {
+    inner: glommio::Task<T>,
+}
+
+impl<T> Future for Task<T> {
+    type Output = T;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<T> {
+        std::pin::Pin::new(&mut self.inner).poll(cx)
+    }
+}
+
 /// Sleeps on the current executor's timer.
 pub async fn sleep(duration: Duration) {
     glommio::timer::sleep(duration).await;

@@ -199,6 +199,13 @@ fn header_checks_reject_bad_fields() {
         Err(BatchError::InvalidLength(-5))
     );
 
+    let mut huge_base = good.clone();
+    huge_base[field::BASE_OFFSET..field::BASE_OFFSET + 8].copy_from_slice(&i64::MAX.to_be_bytes());
+    assert_eq!(
+        BatchHeader::parse(&huge_base),
+        Err(BatchError::InvalidBaseOffset(i64::MAX))
+    );
+
     assert!(matches!(
         RecordBatch::parse(&good, 20),
         Err(BatchError::TooLarge {

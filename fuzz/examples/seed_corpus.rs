@@ -1,0 +1,107 @@
+//! Writes a small seed corpus of valid encodings for the fuzz targets, so that
+//! libFuzzer starts past the CRC, the zstd frame and the index magic instead of
+//! having to discover them: `cargo run --example seed_corpus` (scripts/fuzz.sh
+//! runs it when a target's corpus directory is missing or empty).
+
+use std::fs;
+use std::path::Path;
+
+use broker::log::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use protocol::record_batch::stamp;
+use protocol::{
+    BatchBuilder, Compression, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Record,
+    RecordHeader, Sequence,
+};
+
+fn batch(compression: Compression, records: &[Record<'_>], transactional: bool) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(compression)
+        .producer(ProducerId(7), ProducerEpoch(1), Sequence(0))
+        .transactional(transactional);
+    for r in records {
+        builder.push(r);
+    }
+    let mut bytes = builder.build().expect("seed batch builds");
+    stamp(&mut bytes, Offset(42), LeaderEpoch(3));
+    bytes
+}
+
+fn main() -> std::io::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+
+    let headers = [
+        RecordHeader {
+            key: b"trace",
+            value: Some(b"abc"),
+        },
+        RecordHeader {
+            key: b"empty",
+            value: None,
+        },
+    ];
+    let one = [Record {
+        timestamp_ms: 1_700_000_000_000,
+        key: Some(b"k"),
+        value: Some(b"v"),
+        headers: &[],
+    }];
+    let many: Vec<Record<'_>> = (0..5)
+        .map(|i| Record {
+            timestamp_ms: 1_700_000_000_000 + i * 10,
+            key: if i % 2 == 0 {
+                Some(b"key".as_slice())
+            } else {
+                None
+            },
+            value: if i == 3 {
+                None
+            } else {
+                Some(b"{\"event\":\"value\"}".as_slice())
+            },
+            headers: if i == 1 { &headers } else { &[] },
+        })
+        .collect();
+
+    let mut seeds: Vec<(&str, Vec<u8>)> = vec![
+        ("one-none", batch(Compression::None, &one, false)),
+        ("many-none", batch(Compression::None, &many, false)),
+        ("many-none-txn", batch(Compression::None, &many, true)),
+        ("one-zstd", batch(Compression::Zstd, &one, false)),
+        ("many-zstd", batch(Compression::Zstd, &many, false)),
+    ];
+    // Two batches back to back, as in a segment file: parse_prefix takes the first.
+    let mut two = batch(Compression::None, &one, false);
+    two.extend_from_slice(&batch(Compression::Zstd, &many, false));
+    seeds.push(("two-batches", two));
+    write(&root.join("record_batch"), &seeds)?;
+
+    let mut offsets = OffsetIndex::default();
+    let mut times = TimeIndex::default();
+    for i in 0..6u32 {
+        offsets.push(OffsetEntry {
+            relative_offset: i * 100,
+            position: i * 4096,
+        });
+        times.maybe_push(TimeEntry {
+            timestamp_ms: 1_700_000_000_000 + i64::from(i) * 1000,
+            relative_offset: i * 100,
+        });
+    }
+    write(
+        &root.join("index_decode"),
+        &[
+            ("offset-empty", OffsetIndex::default().encode()),
+            ("offset-six", offsets.encode()),
+            ("time-empty", TimeIndex::default().encode()),
+            ("time-six", times.encode()),
+        ],
+    )
+}
+
+fn write(dir: &Path, seeds: &[(&str, Vec<u8>)]) -> std::io::Result<()> {
+    fs::create_dir_all(dir)?;
+    for (name, bytes) in seeds {
+        fs::write(dir.join(format!("seed-{name}")), bytes)?;
+    }
+    println!("wrote {} seeds to {}", seeds.len(), dir.display());
+    Ok(())
+}
