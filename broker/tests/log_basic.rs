@@ -99,3 +99,46 @@ fn flush_always_is_durable_without_close() {
         assert!(fetched.batch_count > 0);
     });
 }
+
+/// Concurrent appenders under flush `always` share syncs: every append is
+/// durable when acknowledged, with far fewer fdatasyncs than appends.
+#[test]
+fn concurrent_appends_share_one_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let config = broker::log::LogConfig {
+            flush_policy: FlushPolicy::Always,
+            ..small_config()
+        };
+        let log = open(dir.path(), config, &clock).await;
+        let appenders: Vec<_> = (0..16u64)
+            .map(|tag| {
+                let log = log.clone();
+                broker::runtime::spawn(async move {
+                    for round in 0..10u64 {
+                        let info = log
+                            .append(&batch(tag * 100 + round, 2, 1_000, 64), LeaderEpoch(0))
+                            .await
+                            .unwrap();
+                        log.wait_for_ack(info.log_end_offset).await.unwrap();
+                        assert!(
+                            log.durable_offset() >= info.log_end_offset,
+                            "acknowledged only when durable"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for appender in appenders {
+            appender.await;
+        }
+        let stats = log.stats();
+        assert_eq!(stats.appended_batches, 160);
+        assert!(
+            stats.data_syncs < 160 / 4,
+            "group commit: {} syncs for 160 appends",
+            stats.data_syncs
+        );
+    });
+}

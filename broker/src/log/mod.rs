@@ -16,4 +16,4 @@ pub mod verify;
 
 pub use config::{FlushPolicy, LogConfig, LogConfigError};
 pub use error::{LogError, LogResult};
-pub use partition_log::{AppendInfo, FetchedBatches, PartitionLog};
+pub use partition_log::{AppendInfo, FetchedBatches, LogStats, PartitionLog};

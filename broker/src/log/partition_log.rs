@@ -61,6 +61,17 @@ struct LogState {
     recovery_point_written_ms: i64,
     last_sync_ms: i64,
     closed: bool,
+    stats: LogStats,
+}
+
+/// Counters of the log's disk work, for metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub appended_batches: u64,
+    pub appended_bytes: u64,
+    /// fdatasync calls that made appended data durable (group commits count once).
+    pub data_syncs: u64,
+    pub chunk_writes: u64,
 }
 
 impl LogState {
@@ -143,6 +154,7 @@ impl PartitionLog {
                 recovery_point_written_ms: 0,
                 last_sync_ms: 0,
                 closed: false,
+                stats: LogStats::default(),
             }),
             io_gate: SerialGate::new(),
             durable: Watermark::new(log_end.0),
@@ -187,6 +199,10 @@ impl PartitionLog {
 
     pub fn latest_epoch(&self) -> LeaderEpoch {
         self.state.borrow().latest_epoch
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.state.borrow().stats
     }
 
     pub fn segment_count(&self) -> usize {
@@ -312,6 +328,8 @@ impl PartitionLog {
         tail.append(&batch[field::MAGIC..]);
         active.account_batch(&stored, interval);
         state.latest_epoch = epoch;
+        state.stats.appended_batches += 1;
+        state.stats.appended_bytes += batch.len() as u64;
         Ok(AppendInfo {
             base_offset: base,
             last_offset: stored.last_offset(),
@@ -487,6 +505,7 @@ impl PartitionLog {
                 for chunk in &wave {
                     tail.pop_written(chunk.start);
                 }
+                state.stats.chunk_writes += wave.len() as u64;
             }
             let closing = self
                 .state
@@ -504,7 +523,10 @@ impl PartitionLog {
                     .await
                     .map_err(|e| LogError::io(&self.dir, e))?;
             }
-            self.state.borrow_mut().last_sync_ms = self.clock.now_ms();
+            let mut state = self.state.borrow_mut();
+            state.last_sync_ms = self.clock.now_ms();
+            state.stats.data_syncs += 1;
+            drop(state);
             if target_end.0 > self.durable.get() {
                 self.durable.advance(target_end.0);
             }
