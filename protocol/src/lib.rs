@@ -1,13 +1,39 @@
 //! Ringlog's wire and record contract, shared by every process: the record batch
-//! format, the id and offset newtypes, and compression codecs. It performs no I/O
-//! and depends on no other crate of the workspace.
+//! format, the framing and flatbuffers messages of the wire protocol, stable
+//! error codes, and the id and offset newtypes. It performs no I/O and depends
+//! on no other crate of the workspace.
 
+pub mod api;
+pub mod error_code;
+pub mod frame;
 pub mod ids;
 pub mod record_batch;
 pub mod varint;
 
+#[allow(
+    unsafe_code,
+    unused_imports,
+    clippy::all,
+    clippy::pedantic,
+    missing_debug_implementations,
+    mismatched_lifetime_syntaxes,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code
+)]
+#[rustfmt::skip]
+mod generated;
+
+/// The flatbuffers messages, generated from `protocol/schema/*.fbs`.
+pub use generated::ringlog::wire;
+
+pub use api::ApiKey;
+pub use error_code::ErrorCode;
 pub use ids::{LeaderEpoch, Offset, ProducerEpoch, ProducerId, Sequence};
 pub use record_batch::{
     BatchBuilder, BatchError, BatchHeader, Compression, Record, RecordBatch, RecordHeader,
     RecordIter, RecordRef, BATCH_HEADER_BYTES,
 };
+
+/// Re-exported so every process builds messages with the pinned version.
+pub use flatbuffers;
