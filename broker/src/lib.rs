@@ -1,6 +1,15 @@
-//! Ringlog broker: the data plane. Today it holds the partition log storage
-//! engine and the runtime layer beneath it.
+//! Ringlog broker: the data plane. Thread-per-core shards on glommio, each
+//! owning its partitions end to end (connections, logs, fetch waiters), the
+//! partition log storage engine beneath them, and the request handlers.
 
+pub mod batch_cache;
 pub mod clock;
+pub mod cluster_view;
+pub mod config;
+pub mod handlers;
 pub mod log;
+pub mod metrics;
+pub mod net;
 pub mod runtime;
+pub mod server;
+pub mod shard;

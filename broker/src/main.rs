@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use broker::config::{BrokerConfig, FileConfig};
 use broker::log::verify::{verify_partition_dir, VerifyOptions};
 
 #[derive(Parser, Debug)]
@@ -15,7 +16,38 @@ use broker::log::verify::{verify_partition_dir, VerifyOptions};
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Flags of a running broker; each overrides the same field of `--config`.
+#[derive(clap::Args, Debug, Default)]
+struct RunArgs {
+    /// TOML config file (fields as in BrokerConfig).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// This broker's id.
+    #[arg(long)]
+    node_id: Option<i32>,
+    /// Root of metadata and partition logs.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Main listener, HOST:PORT (default 127.0.0.1:9092); other ports derive from it.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Shards, one pinned per CPU from CPU 0 (default: all CPUs).
+    #[arg(long)]
+    cores: Option<usize>,
+    /// First shard port (default: listen port + 1).
+    #[arg(long)]
+    shard_port_base: Option<u16>,
+    /// Admin/metrics listener (default: listen host, port + 64).
+    #[arg(long)]
+    admin_listen: Option<String>,
+    /// Host clients are told to connect to (default: the listen IP).
+    #[arg(long)]
+    advertised_host: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -40,7 +72,45 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::VerifyLog { dir, print } => verify_log(dir, print),
+        Some(Command::VerifyLog { dir, print }) => verify_log(dir, print),
+        None => run_broker(cli.run),
+    }
+}
+
+fn run_broker(args: RunArgs) -> ExitCode {
+    let file = match &args.config {
+        Some(path) => match FileConfig::read(path) {
+            Ok(file) => file,
+            Err(e) => {
+                eprintln!("ringlog-broker: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => FileConfig::default(),
+    };
+    let overrides = FileConfig {
+        node_id: args.node_id,
+        data_dir: args.data_dir,
+        listen: args.listen,
+        cores: args.cores,
+        shard_port_base: args.shard_port_base,
+        admin_listen: args.admin_listen,
+        advertised_host: args.advertised_host,
+        ..FileConfig::default()
+    };
+    let config = match BrokerConfig::from_file_config(file.merge(overrides)) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("ringlog-broker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match broker::server::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ringlog-broker: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -130,7 +130,7 @@ impl LogConfig {
                 ),
             );
         }
-        if self.write_chunk_bytes < 4096 || self.write_chunk_bytes % 4096 != 0 {
+        if self.write_chunk_bytes < 4096 || !self.write_chunk_bytes.is_multiple_of(4096) {
             return bad(
                 "write_chunk_bytes",
                 "must be a positive multiple of 4096".into(),

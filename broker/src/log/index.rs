@@ -218,7 +218,7 @@ fn check_header<'a>(
         return Err(IndexError::BadHeader);
     }
     let body = &bytes[INDEX_HEADER_BYTES..];
-    if body.len() % entry_bytes != 0 {
+    if !body.len().is_multiple_of(entry_bytes) {
         return Err(IndexError::PartialEntry(bytes.len()));
     }
     Ok(body)

@@ -148,7 +148,7 @@ impl Tail {
             .take(count_max)
         {
             wave.push(chunk.clone());
-            if (chunk.start + chunk.len as u64) % ALIGN != 0 {
+            if !(chunk.start + chunk.len as u64).is_multiple_of(ALIGN) {
                 break;
             }
         }

@@ -74,7 +74,7 @@ impl DirectFile {
     }
 
     fn wrap(file: DmaFile) -> io::Result<DirectFile> {
-        if DIRECT_IO_ALIGNMENT_BYTES % file.alignment() != 0 {
+        if !DIRECT_IO_ALIGNMENT_BYTES.is_multiple_of(file.alignment()) {
             return Err(io::Error::other(format!(
                 "file system needs {}-byte direct I/O alignment, above the supported {}",
                 file.alignment(),

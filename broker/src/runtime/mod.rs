@@ -4,10 +4,14 @@
 
 pub mod file;
 pub mod gate;
+pub mod net;
+pub mod oneshot;
+pub mod shards;
 pub mod watermark;
 
 pub use file::{AlignedBuffer, DirectFile, ReadBytes, SharedBuffer, DIRECT_IO_ALIGNMENT_BYTES};
 pub use gate::SerialGate;
+pub use oneshot::{oneshot, OneshotReceiver, OneshotSender};
 pub use watermark::Watermark;
 
 use std::future::Future;
@@ -42,6 +46,13 @@ pub struct Task<T> {
     inner: glommio::Task<T>,
 }
 
+impl<T> Task<T> {
+    /// Lets the task run on without anyone awaiting it.
+    pub fn detach(self) {
+        self.inner.detach();
+    }
+}
+
 impl<T> Future for Task<T> {
     type Output = T;
     fn poll(
@@ -60,4 +71,13 @@ pub async fn sleep(duration: Duration) {
 /// Yields to other tasks on this executor, so long loops do not starve them.
 pub async fn yield_now() {
     glommio::yield_if_needed().await;
+}
+
+/// Runs `future` until it completes or `timeout` passes; `None` on timeout.
+pub async fn timeout<T>(timeout: Duration, future: impl Future<Output = T>) -> Option<T> {
+    futures_lite::future::or(async { Some(future.await) }, async {
+        glommio::timer::sleep(timeout).await;
+        None
+    })
+    .await
 }

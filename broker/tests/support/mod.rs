@@ -15,7 +15,7 @@ pub fn run<T>(future: impl std::future::Future<Output = T>) -> T {
 
 /// A batch of `count` records whose values name `tag` and their index.
 pub fn batch(tag: u64, count: usize, timestamp_ms: i64, value_bytes: usize) -> Vec<u8> {
-    let mut builder = BatchBuilder::new(if tag % 2 == 0 {
+    let mut builder = BatchBuilder::new(if tag.is_multiple_of(2) {
         Compression::None
     } else {
         Compression::Zstd
@@ -72,3 +72,5 @@ pub async fn open(
         .await
         .expect("log opens")
 }
+
+pub mod cluster;

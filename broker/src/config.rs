@@ -1,0 +1,373 @@
+//! The broker's configuration: a TOML file (`--config`) overridden by flags,
+//! validated once at start with a precise error per bad field. Every field has
+//! a unit in its name, a default and, where input can grow, a bound.
+//! Several brokers can share a host given distinct `node_id`, `listen` and
+//! `data_dir`: every other port derives from `listen` unless set.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::log::{FlushPolicy, LogConfig};
+
+/// Shard `i` listens on `listen.port + SHARD_PORT_OFFSET + i` unless set.
+pub const SHARD_PORT_OFFSET: u16 = 1;
+/// The admin (metrics) port is `listen.port + ADMIN_PORT_OFFSET` unless set.
+pub const ADMIN_PORT_OFFSET: u16 = 64;
+/// Shards beyond this would collide with the derived admin port.
+pub const SHARDS_MAX: usize = (ADMIN_PORT_OFFSET - SHARD_PORT_OFFSET) as usize;
+
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    /// This broker's id in the cluster. Required (flag or file).
+    pub node_id: i32,
+    /// Root of topic metadata and partition logs. Required.
+    pub data_dir: PathBuf,
+    /// Main listener; accepts any request. Default 127.0.0.1:9092.
+    pub listen: SocketAddr,
+    /// Shards (pinned executors), one per CPU starting at CPU 0. Default: all CPUs.
+    pub cores: usize,
+    /// First shard port; shard i listens on shard_port_base + i. Default listen port + 1.
+    pub shard_port_base: u16,
+    /// Admin HTTP listener serving /metrics. Default listen host, port + 64.
+    pub admin_listen: SocketAddr,
+    /// Host name clients are told to connect to. Default: the listen address's IP.
+    pub advertised_host: String,
+    /// Largest request frame accepted, checked before allocating. Default 64 MiB.
+    pub frame_size_bytes_max: u32,
+    /// Open connections per shard listener (main port and shard port each). Default 1024.
+    pub connections_per_shard_max: usize,
+    /// Requests read ahead of their responses on one connection. Default 64.
+    pub in_flight_requests_per_connection_max: usize,
+    /// Longest fetch long-poll honoured; longer waits are cut to it. Default 30 s.
+    pub fetch_wait_ms_max: u64,
+    /// A connection that sends no frame for this long is closed. Default 10 min.
+    pub connection_idle_ms_max: u64,
+    /// A frame whose bytes do not all arrive within this is dropped with its connection. Default 30 s.
+    pub frame_read_ms_max: u64,
+    /// Bytes of recent batches each shard keeps in memory for tailing reads. Default 64 MiB.
+    pub batch_cache_bytes_max: usize,
+    /// Messages queued between two shards before senders wait. Default 1024.
+    pub mesh_queue_max: usize,
+    /// Log settings for topics that do not override them.
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config: {field}: {reason}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+fn bad<T>(field: &'static str, reason: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError {
+        field,
+        reason: reason.into(),
+    })
+}
+
+/// The TOML file's shape: every field optional, unknown fields refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub node_id: Option<i32>,
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub cores: Option<usize>,
+    pub shard_port_base: Option<u16>,
+    pub admin_listen: Option<String>,
+    pub advertised_host: Option<String>,
+    pub frame_size_bytes_max: Option<u32>,
+    pub connections_per_shard_max: Option<usize>,
+    pub in_flight_requests_per_connection_max: Option<usize>,
+    pub fetch_wait_ms_max: Option<u64>,
+    pub connection_idle_ms_max: Option<u64>,
+    pub frame_read_ms_max: Option<u64>,
+    pub batch_cache_bytes_max: Option<usize>,
+    pub mesh_queue_max: Option<usize>,
+    pub log: Option<FileLogConfig>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileLogConfig {
+    pub segment_size_bytes: Option<u64>,
+    pub segment_age_ms: Option<i64>,
+    pub index_interval_bytes: Option<u32>,
+    pub retention_ms: Option<i64>,
+    pub retention_bytes: Option<u64>,
+    pub flush_policy: Option<String>,
+    pub batch_bytes_max: Option<usize>,
+}
+
+impl FileConfig {
+    pub fn read(path: &Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .or_else(|e| bad("config", format!("cannot read {}: {e}", path.display())))?;
+        toml::from_str(&text).or_else(|e| bad("config", format!("{}: {e}", path.display())))
+    }
+
+    /// Fields set in `overrides` win over those in `self`.
+    pub fn merge(self, overrides: FileConfig) -> FileConfig {
+        FileConfig {
+            node_id: overrides.node_id.or(self.node_id),
+            data_dir: overrides.data_dir.or(self.data_dir),
+            listen: overrides.listen.or(self.listen),
+            cores: overrides.cores.or(self.cores),
+            shard_port_base: overrides.shard_port_base.or(self.shard_port_base),
+            admin_listen: overrides.admin_listen.or(self.admin_listen),
+            advertised_host: overrides.advertised_host.or(self.advertised_host),
+            frame_size_bytes_max: overrides.frame_size_bytes_max.or(self.frame_size_bytes_max),
+            connections_per_shard_max: overrides
+                .connections_per_shard_max
+                .or(self.connections_per_shard_max),
+            in_flight_requests_per_connection_max: overrides
+                .in_flight_requests_per_connection_max
+                .or(self.in_flight_requests_per_connection_max),
+            fetch_wait_ms_max: overrides.fetch_wait_ms_max.or(self.fetch_wait_ms_max),
+            connection_idle_ms_max: overrides
+                .connection_idle_ms_max
+                .or(self.connection_idle_ms_max),
+            frame_read_ms_max: overrides.frame_read_ms_max.or(self.frame_read_ms_max),
+            batch_cache_bytes_max: overrides
+                .batch_cache_bytes_max
+                .or(self.batch_cache_bytes_max),
+            mesh_queue_max: overrides.mesh_queue_max.or(self.mesh_queue_max),
+            log: overrides.log.or(self.log),
+        }
+    }
+}
+
+fn resolve(field: &'static str, text: &str) -> Result<SocketAddr, ConfigError> {
+    let mut addrs = text
+        .to_socket_addrs()
+        .or_else(|e| bad(field, format!("{text:?} is not HOST:PORT: {e}")))?;
+    addrs
+        .next()
+        .map_or_else(|| bad(field, format!("{text:?} resolves to nothing")), Ok)
+}
+
+impl BrokerConfig {
+    pub fn from_file_config(file: FileConfig) -> Result<BrokerConfig, ConfigError> {
+        let Some(node_id) = file.node_id else {
+            return bad("node_id", "required (--node-id)");
+        };
+        if node_id < 0 {
+            return bad("node_id", "must be >= 0");
+        }
+        let Some(data_dir) = file.data_dir else {
+            return bad("data_dir", "required (--data-dir)");
+        };
+        let listen = resolve("listen", file.listen.as_deref().unwrap_or("127.0.0.1:9092"))?;
+        let cpus = crate::runtime::shards::available_cpus();
+        let cores = file.cores.unwrap_or(cpus);
+        if cores == 0 || cores > cpus || cores > SHARDS_MAX {
+            return bad(
+                "cores",
+                format!("{cores} is outside 1..={}", cpus.min(SHARDS_MAX)),
+            );
+        }
+        let shard_port_base = match file.shard_port_base {
+            Some(port) => port,
+            None => listen.port().checked_add(SHARD_PORT_OFFSET).map_or_else(
+                || {
+                    bad(
+                        "shard_port_base",
+                        "listen port too high to derive shard ports",
+                    )
+                },
+                Ok,
+            )?,
+        };
+        if usize::from(shard_port_base) + cores > 65_536 {
+            return bad("shard_port_base", "shard ports would pass 65535");
+        }
+        let admin_listen = match &file.admin_listen {
+            Some(text) => resolve("admin_listen", text)?,
+            None => SocketAddr::new(
+                listen.ip(),
+                listen.port().checked_add(ADMIN_PORT_OFFSET).map_or_else(
+                    || {
+                        bad(
+                            "admin_listen",
+                            "listen port too high to derive the admin port",
+                        )
+                    },
+                    Ok,
+                )?,
+            ),
+        };
+        let advertised_host = file
+            .advertised_host
+            .unwrap_or_else(|| listen.ip().to_string());
+        let config = BrokerConfig {
+            node_id,
+            data_dir,
+            listen,
+            cores,
+            shard_port_base,
+            admin_listen,
+            advertised_host,
+            frame_size_bytes_max: file
+                .frame_size_bytes_max
+                .unwrap_or(protocol::frame::FRAME_SIZE_BYTES_MAX_DEFAULT),
+            connections_per_shard_max: file.connections_per_shard_max.unwrap_or(1024),
+            in_flight_requests_per_connection_max: file
+                .in_flight_requests_per_connection_max
+                .unwrap_or(64),
+            fetch_wait_ms_max: file.fetch_wait_ms_max.unwrap_or(30_000),
+            connection_idle_ms_max: file.connection_idle_ms_max.unwrap_or(600_000),
+            frame_read_ms_max: file.frame_read_ms_max.unwrap_or(30_000),
+            batch_cache_bytes_max: file.batch_cache_bytes_max.unwrap_or(64 << 20),
+            mesh_queue_max: file.mesh_queue_max.unwrap_or(1024),
+            log: log_config(file.log.unwrap_or_default())?,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.frame_size_bytes_max < 1024 || self.frame_size_bytes_max > 1 << 30 {
+            return bad("frame_size_bytes_max", "must be within 1 KiB..=1 GiB");
+        }
+        if (self.frame_size_bytes_max as usize) < self.log.batch_bytes_max {
+            return bad(
+                "frame_size_bytes_max",
+                "must hold at least one batch of log.batch_bytes_max",
+            );
+        }
+        for (field, value) in [
+            ("connections_per_shard_max", self.connections_per_shard_max),
+            (
+                "in_flight_requests_per_connection_max",
+                self.in_flight_requests_per_connection_max,
+            ),
+            ("mesh_queue_max", self.mesh_queue_max),
+        ] {
+            if value == 0 {
+                return bad(field, "must be positive");
+            }
+        }
+        for (field, value) in [
+            ("fetch_wait_ms_max", self.fetch_wait_ms_max),
+            ("connection_idle_ms_max", self.connection_idle_ms_max),
+            ("frame_read_ms_max", self.frame_read_ms_max),
+        ] {
+            if value == 0 {
+                return bad(field, "must be positive");
+            }
+        }
+        Ok(())
+    }
+
+    /// Shard `shard`'s port.
+    pub fn shard_port(&self, shard: usize) -> u16 {
+        self.shard_port_base + shard as u16
+    }
+}
+
+fn log_config(file: FileLogConfig) -> Result<LogConfig, ConfigError> {
+    let defaults = LogConfig::default();
+    let flush_policy = match file.flush_policy {
+        None => defaults.flush_policy,
+        Some(text) => text
+            .parse::<FlushPolicy>()
+            .or_else(|e| bad("log.flush_policy", e))?,
+    };
+    let config = LogConfig {
+        segment_size_bytes: file
+            .segment_size_bytes
+            .unwrap_or(defaults.segment_size_bytes),
+        segment_age_ms: file.segment_age_ms.unwrap_or(defaults.segment_age_ms),
+        index_interval_bytes: file
+            .index_interval_bytes
+            .unwrap_or(defaults.index_interval_bytes),
+        retention_ms: file
+            .retention_ms
+            .map(Some)
+            .unwrap_or(defaults.retention_ms)
+            .filter(|ms| *ms >= 0),
+        retention_bytes: file.retention_bytes.or(defaults.retention_bytes),
+        flush_policy,
+        batch_bytes_max: file.batch_bytes_max.unwrap_or(defaults.batch_bytes_max),
+        ..defaults
+    };
+    config.validate().or_else(|e| bad("log", e.to_string()))?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> FileConfig {
+        FileConfig {
+            node_id: Some(1),
+            data_dir: Some("/tmp/x".into()),
+            cores: Some(1),
+            ..FileConfig::default()
+        }
+    }
+
+    #[test]
+    fn ports_derive_from_listen() {
+        let config = BrokerConfig::from_file_config(FileConfig {
+            listen: Some("127.0.0.1:9192".into()),
+            ..base()
+        })
+        .unwrap();
+        assert_eq!(config.shard_port(0), 9193);
+        assert_eq!(config.admin_listen.port(), 9256);
+        assert_eq!(config.advertised_host, "127.0.0.1");
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let e = BrokerConfig::from_file_config(FileConfig {
+            node_id: None,
+            ..base()
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "node_id");
+        let e = BrokerConfig::from_file_config(FileConfig {
+            cores: Some(10_000),
+            ..base()
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "cores");
+        let e = BrokerConfig::from_file_config(FileConfig {
+            listen: Some("nonsense".into()),
+            ..base()
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "listen");
+        let log = FileLogConfig {
+            flush_policy: Some("sometimes".into()),
+            ..FileLogConfig::default()
+        };
+        let e = BrokerConfig::from_file_config(FileConfig {
+            log: Some(log),
+            ..base()
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "log.flush_policy");
+        let e = toml::from_str::<FileConfig>("nod_id = 3").unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let file = FileConfig {
+            listen: Some("127.0.0.1:1000".into()),
+            ..base()
+        };
+        let merged = file.merge(FileConfig {
+            listen: Some("127.0.0.1:2000".into()),
+            ..FileConfig::default()
+        });
+        assert_eq!(merged.listen.as_deref(), Some("127.0.0.1:2000"));
+        assert_eq!(merged.node_id, Some(1));
+    }
+}

@@ -1,0 +1,235 @@
+//! Topic admin: create, delete, list, describe. Creation and deletion run on
+//! the metadata shard, which persists the change and applies it on every shard
+//! before answering.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use protocol::flatbuffers::FlatBufferBuilder;
+use protocol::{wire, ErrorCode};
+
+use super::{finish, parse, HandlerResult, Reply};
+use crate::cluster_view::{ClusterView, TopicSpec, TOPIC_CONFIGS_MAX};
+use crate::shard::{PartitionKey, Shard, ShardOp, ShardReply, TopicOutcome, METADATA_SHARD};
+
+/// Topics in one create or delete request.
+pub const TOPICS_PER_ADMIN_REQUEST_MAX: usize = 1_000;
+
+fn results_body(outcomes: &[TopicOutcome], create: bool) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let results: Vec<_> = outcomes
+        .iter()
+        .map(|o| {
+            let name = fbb.create_string(&o.name);
+            let message = o.error.as_ref().map(|e| fbb.create_string(&e.message));
+            let code = o.error.as_ref().map_or(0, |e| e.code.code());
+            wire::TopicResult::create(
+                &mut fbb,
+                &wire::TopicResultArgs {
+                    name: Some(name),
+                    error_code: code,
+                    error_message: message,
+                },
+            )
+        })
+        .collect();
+    let results = fbb.create_vector(&results);
+    if create {
+        let root = wire::CreateTopicsResponse::create(
+            &mut fbb,
+            &wire::CreateTopicsResponseArgs {
+                results: Some(results),
+            },
+        );
+        finish(fbb, root)
+    } else {
+        let root = wire::DeleteTopicsResponse::create(
+            &mut fbb,
+            &wire::DeleteTopicsResponseArgs {
+                results: Some(results),
+            },
+        );
+        finish(fbb, root)
+    }
+}
+
+pub(super) async fn create_topics(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
+    let request = parse::<wire::CreateTopicsRequest>(body)?;
+    let topics = request.topics().ok_or("no topics")?;
+    if topics.len() > TOPICS_PER_ADMIN_REQUEST_MAX {
+        return Err(format!(
+            "{} topics exceed the bound of {TOPICS_PER_ADMIN_REQUEST_MAX}",
+            topics.len()
+        ));
+    }
+    let mut specs = Vec::with_capacity(topics.len());
+    for topic in topics {
+        let mut configs = BTreeMap::new();
+        if let Some(entries) = topic.configs() {
+            if entries.len() > TOPIC_CONFIGS_MAX {
+                return Err("too many topic configs".into());
+            }
+            for entry in entries {
+                configs.insert(
+                    entry.key().unwrap_or_default().to_owned(),
+                    entry.value().unwrap_or_default().to_owned(),
+                );
+            }
+        }
+        specs.push(TopicSpec {
+            name: topic.name().unwrap_or_default().to_owned(),
+            partitions: topic.partitions(),
+            replication_factor: topic.replication_factor(),
+            configs,
+        });
+    }
+    let ShardReply::Admin(outcomes) = shard
+        .call(METADATA_SHARD, ShardOp::CreateTopics(specs))
+        .await
+    else {
+        return Err("metadata shard gave an unexpected reply".into());
+    };
+    Ok(Reply::Body {
+        body: results_body(&outcomes, true),
+        payload: Vec::new(),
+    })
+}
+
+pub(super) async fn delete_topics(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
+    let request = parse::<wire::DeleteTopicsRequest>(body)?;
+    let names: Vec<String> = request
+        .names()
+        .ok_or("no topics")?
+        .iter()
+        .map(str::to_owned)
+        .collect();
+    if names.len() > TOPICS_PER_ADMIN_REQUEST_MAX {
+        return Err(format!(
+            "{} topics exceed the bound of {TOPICS_PER_ADMIN_REQUEST_MAX}",
+            names.len()
+        ));
+    }
+    let ShardReply::Admin(outcomes) = shard
+        .call(METADATA_SHARD, ShardOp::DeleteTopics(names))
+        .await
+    else {
+        return Err("metadata shard gave an unexpected reply".into());
+    };
+    Ok(Reply::Body {
+        body: results_body(&outcomes, false),
+        payload: Vec::new(),
+    })
+}
+
+pub(super) fn list_topics(shard: &Rc<Shard>) -> HandlerResult {
+    let view = shard.view.borrow();
+    let mut fbb = FlatBufferBuilder::new();
+    let topics: Vec<_> = view
+        .topics
+        .values()
+        .map(|t| {
+            let name = fbb.create_string(&t.name);
+            wire::TopicSummary::create(
+                &mut fbb,
+                &wire::TopicSummaryArgs {
+                    name: Some(name),
+                    partitions: t.partitions,
+                    replication_factor: t.replication_factor,
+                },
+            )
+        })
+        .collect();
+    let topics = fbb.create_vector(&topics);
+    let root = wire::ListTopicsResponse::create(
+        &mut fbb,
+        &wire::ListTopicsResponseArgs {
+            topics: Some(topics),
+        },
+    );
+    Ok(Reply::Body {
+        body: finish(fbb, root),
+        payload: Vec::new(),
+    })
+}
+
+pub(super) async fn describe_topic(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
+    let request = parse::<wire::DescribeTopicRequest>(body)?;
+    let name = request.name().unwrap_or_default().to_owned();
+    let meta = shard.view.borrow().topic(&name).cloned();
+    let mut fbb = FlatBufferBuilder::new();
+    let fb_name = fbb.create_string(&name);
+    let Some(meta) = meta else {
+        let message = fbb.create_string(&format!("no topic {name}"));
+        let root = wire::DescribeTopicResponse::create(
+            &mut fbb,
+            &wire::DescribeTopicResponseArgs {
+                error_code: ErrorCode::UnknownTopicOrPartition.code(),
+                error_message: Some(message),
+                name: Some(fb_name),
+                ..Default::default()
+            },
+        );
+        return Ok(Reply::Body {
+            body: finish(fbb, root),
+            payload: Vec::new(),
+        });
+    };
+    let mut details = Vec::with_capacity(meta.partitions as usize);
+    for partition in 0..meta.partitions {
+        let owner = ClusterView::shard_for(meta.id, partition, shard.count);
+        let key = PartitionKey {
+            topic: name.clone(),
+            partition,
+        };
+        let ShardReply::Describe(detail) = shard.call(owner, ShardOp::Describe { key }).await
+        else {
+            return Err("unexpected reply".into());
+        };
+        details.push(wire::PartitionDescription::create(
+            &mut fbb,
+            &wire::PartitionDescriptionArgs {
+                partition,
+                error_code: detail.error.map_or(0, |e| e.code.code()),
+                leader: shard.config.node_id,
+                leader_epoch: 0,
+                shard: owner as u16,
+                log_start_offset: detail.log_start_offset,
+                log_end_offset: detail.log_end_offset,
+                high_watermark: detail.high_watermark,
+                size_bytes: detail.size_bytes,
+            },
+        ));
+    }
+    let configs: Vec<_> = meta
+        .configs
+        .iter()
+        .map(|(k, v)| {
+            let (key, value) = (fbb.create_string(k), fbb.create_string(v));
+            wire::ConfigEntry::create(
+                &mut fbb,
+                &wire::ConfigEntryArgs {
+                    key: Some(key),
+                    value: Some(value),
+                },
+            )
+        })
+        .collect();
+    let configs = fbb.create_vector(&configs);
+    let details = fbb.create_vector(&details);
+    let root = wire::DescribeTopicResponse::create(
+        &mut fbb,
+        &wire::DescribeTopicResponseArgs {
+            error_code: 0,
+            error_message: None,
+            name: Some(fb_name),
+            partitions: meta.partitions,
+            replication_factor: meta.replication_factor,
+            configs: Some(configs),
+            partition_details: Some(details),
+        },
+    );
+    Ok(Reply::Body {
+        body: finish(fbb, root),
+        payload: Vec::new(),
+    })
+}

@@ -1,0 +1,124 @@
+//! Request handlers, one file per API. This is where flatbuffers are decoded
+//! and built: below this layer the broker uses its own types. A handler
+//! returns the response body and payload, no response (acks=0), or a reason to
+//! close the connection (a body that fails verification).
+
+mod admin;
+mod api_versions;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::rc::Rc;
+
+use protocol::flatbuffers::{FlatBufferBuilder, Follow, Verifiable};
+use protocol::frame::{decode_request, encode_response, RequestHeader};
+use protocol::{ApiKey, ErrorCode};
+
+use crate::shard::Shard;
+
+/// What the connection does with a request's result.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Send the frame bytes (length prefix, correlation id, body) then the payload parts.
+    Respond {
+        head: Vec<u8>,
+        payload: Vec<Vec<u8>>,
+    },
+    /// acks=0: nothing is sent.
+    NoResponse,
+    /// The request is malformed beyond an error code: close the connection.
+    Close(String),
+}
+
+/// A handler's answer before framing.
+pub(crate) enum Reply {
+    Body {
+        body: Vec<u8>,
+        payload: Vec<Vec<u8>>,
+    },
+    None,
+}
+
+pub(crate) type HandlerResult = Result<Reply, String>;
+
+/// Decodes and answers one request frame (the bytes after the length prefix).
+pub async fn handle(shard: &Rc<Shard>, frame: &[u8]) -> (Option<ApiKey>, Outcome) {
+    let request = match decode_request(frame) {
+        Ok(r) => r,
+        Err(e) => return (None, Outcome::Close(format!("bad request frame: {e}"))),
+    };
+    let header = request.header;
+    let Some(api) = header.api() else {
+        return (
+            None,
+            respond(
+                &header,
+                api_versions::unsupported(ErrorCode::UnsupportedVersion),
+            ),
+        );
+    };
+    let (min, max) = api.versions();
+    if header.api_version < min || header.api_version > max {
+        return (
+            Some(api),
+            respond(
+                &header,
+                api_versions::unsupported(ErrorCode::UnsupportedVersion),
+            ),
+        );
+    }
+    let result = match api {
+        ApiKey::ApiVersions => Ok(api_versions::handle(shard)),
+        ApiKey::Metadata => metadata::handle(shard, request.body),
+        ApiKey::CreateTopics => admin::create_topics(shard, request.body).await,
+        ApiKey::DeleteTopics => admin::delete_topics(shard, request.body).await,
+        ApiKey::ListTopics => admin::list_topics(shard),
+        ApiKey::DescribeTopic => admin::describe_topic(shard, request.body).await,
+        ApiKey::Produce => produce::handle(shard, request.body, request.payload).await,
+        ApiKey::Fetch => fetch::handle(shard, request.body).await,
+        ApiKey::ListOffsets => list_offsets::handle(shard, request.body).await,
+    };
+    let outcome = match result {
+        Ok(Reply::Body { body, payload }) => {
+            let mut head = Vec::with_capacity(body.len() + 12);
+            encode_response(&mut head, header.correlation_id, &body, &[]);
+            let payload_len: usize = payload.iter().map(Vec::len).sum();
+            // encode_response wrote a length covering only the body: extend it over the payload.
+            let len =
+                u32::from_be_bytes(head[0..4].try_into().expect("prefix")) as usize + payload_len;
+            head[0..4].copy_from_slice(&(len as u32).to_be_bytes());
+            Outcome::Respond { head, payload }
+        }
+        Ok(Reply::None) => Outcome::NoResponse,
+        Err(reason) => Outcome::Close(format!("{} request: {reason}", api.name())),
+    };
+    (Some(api), outcome)
+}
+
+fn respond(header: &RequestHeader, body: Vec<u8>) -> Outcome {
+    let mut head = Vec::new();
+    encode_response(&mut head, header.correlation_id, &body, &[]);
+    Outcome::Respond {
+        head,
+        payload: Vec::new(),
+    }
+}
+
+/// Verifies and decodes a request body of type `T`.
+pub(crate) fn parse<'a, T>(body: &'a [u8]) -> Result<T::Inner, String>
+where
+    T: Follow<'a> + Verifiable + 'a,
+{
+    protocol::flatbuffers::root::<T>(body).map_err(|e| format!("body does not verify: {e}"))
+}
+
+/// Finishes a builder into owned body bytes.
+pub(crate) fn finish<T>(
+    mut fbb: FlatBufferBuilder<'_>,
+    root: protocol::flatbuffers::WIPOffset<T>,
+) -> Vec<u8> {
+    fbb.finish_minimal(root);
+    fbb.finished_data().to_vec()
+}

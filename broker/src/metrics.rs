@@ -1,0 +1,157 @@
+//! Per-shard counters and latency histograms, rendered in the Prometheus text
+//! format by the admin endpoint. Plain cells: each shard owns its own.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::Duration;
+
+use protocol::ApiKey;
+
+use crate::shard::PartitionKey;
+
+/// Upper bounds of the latency buckets, in microseconds.
+const LATENCY_BUCKETS_US: [u64; 14] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
+    10_000_000,
+];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [u64; LATENCY_BUCKETS_US.len()],
+    count: u64,
+    sum_us: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct ShardMetrics {
+    requests: RefCell<BTreeMap<&'static str, u64>>,
+    latency: RefCell<BTreeMap<&'static str, Histogram>>,
+    request_bytes: Cell<u64>,
+    response_bytes: Cell<u64>,
+    appended_records: Cell<u64>,
+    connections_open: Cell<u64>,
+    connections_total: Cell<u64>,
+    connections_refused: Cell<u64>,
+    bad_frames: Cell<u64>,
+    storage_errors: Cell<u64>,
+}
+
+impl ShardMetrics {
+    pub fn on_request(
+        &self,
+        api: Option<ApiKey>,
+        request_bytes: usize,
+        response_bytes: usize,
+        elapsed: Duration,
+    ) {
+        let name = api.map_or("unknown", ApiKey::name);
+        *self.requests.borrow_mut().entry(name).or_default() += 1;
+        self.request_bytes
+            .set(self.request_bytes.get() + request_bytes as u64);
+        self.response_bytes
+            .set(self.response_bytes.get() + response_bytes as u64);
+        let us = elapsed.as_micros() as u64;
+        let mut latency = self.latency.borrow_mut();
+        let h = latency.entry(name).or_default();
+        h.count += 1;
+        h.sum_us += us;
+        if let Some(i) = LATENCY_BUCKETS_US.iter().position(|b| us <= *b) {
+            h.buckets[i] += 1;
+        }
+    }
+
+    pub fn on_append(&self, records: i64) {
+        self.appended_records
+            .set(self.appended_records.get() + records as u64);
+    }
+
+    pub fn on_connection_open(&self) {
+        self.connections_open.set(self.connections_open.get() + 1);
+        self.connections_total.set(self.connections_total.get() + 1);
+    }
+
+    pub fn on_connection_close(&self) {
+        self.connections_open.set(self.connections_open.get() - 1);
+    }
+
+    pub fn on_connection_refused(&self) {
+        self.connections_refused
+            .set(self.connections_refused.get() + 1);
+    }
+
+    pub fn connections_open(&self) -> u64 {
+        self.connections_open.get()
+    }
+
+    pub fn on_bad_frame(&self) {
+        self.bad_frames.set(self.bad_frames.get() + 1);
+    }
+
+    pub fn on_storage_error(&self) {
+        self.storage_errors.set(self.storage_errors.get() + 1);
+    }
+
+    /// This shard's metrics in Prometheus text format (without HELP/TYPE
+    /// headers, which the endpoint writes once for all shards).
+    pub fn render(
+        &self,
+        shard: usize,
+        log_end_offsets: &BTreeMap<PartitionKey, i64>,
+        cache_bytes: usize,
+    ) -> String {
+        let mut out = String::new();
+        for (api, count) in self.requests.borrow().iter() {
+            let _ = writeln!(
+                out,
+                "ringlog_requests_total{{shard=\"{shard}\",api=\"{api}\"}} {count}"
+            );
+        }
+        for (api, h) in self.latency.borrow().iter() {
+            let mut cumulative = 0;
+            for (bound, n) in LATENCY_BUCKETS_US.iter().zip(h.buckets) {
+                cumulative += n;
+                let _ = writeln!(out, "ringlog_request_latency_seconds_bucket{{shard=\"{shard}\",api=\"{api}\",le=\"{}\"}} {cumulative}", *bound as f64 / 1e6);
+            }
+            let _ = writeln!(out, "ringlog_request_latency_seconds_bucket{{shard=\"{shard}\",api=\"{api}\",le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(
+                out,
+                "ringlog_request_latency_seconds_sum{{shard=\"{shard}\",api=\"{api}\"}} {}",
+                h.sum_us as f64 / 1e6
+            );
+            let _ = writeln!(
+                out,
+                "ringlog_request_latency_seconds_count{{shard=\"{shard}\",api=\"{api}\"}} {}",
+                h.count
+            );
+        }
+        let counters = [
+            ("ringlog_request_bytes_total", self.request_bytes.get()),
+            ("ringlog_response_bytes_total", self.response_bytes.get()),
+            (
+                "ringlog_appended_records_total",
+                self.appended_records.get(),
+            ),
+            ("ringlog_connections_open", self.connections_open.get()),
+            ("ringlog_connections_total", self.connections_total.get()),
+            (
+                "ringlog_connections_refused_total",
+                self.connections_refused.get(),
+            ),
+            ("ringlog_bad_frames_total", self.bad_frames.get()),
+            ("ringlog_storage_errors_total", self.storage_errors.get()),
+            ("ringlog_batch_cache_bytes", cache_bytes as u64),
+        ];
+        for (name, value) in counters {
+            let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {value}");
+        }
+        for (key, end) in log_end_offsets {
+            let _ = writeln!(
+                out,
+                "ringlog_log_end_offset{{shard=\"{shard}\",topic=\"{}\",partition=\"{}\"}} {end}",
+                key.topic, key.partition
+            );
+        }
+        out
+    }
+}

@@ -1,0 +1,68 @@
+//! The admin HTTP endpoint: `GET /metrics` in the Prometheus text format, with
+//! every shard's metrics gathered through the mesh. Minimal HTTP/1.0: one
+//! request per connection, bounded request size.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+
+use crate::runtime::{self, net::Listener};
+use crate::shard::{Shard, ShardOp, ShardReply};
+
+/// Bytes of an HTTP request read before answering.
+const HTTP_REQUEST_BYTES_MAX: usize = 8 * 1024;
+const HTTP_READ_MS_MAX: u64 = 5_000;
+
+const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
+# TYPE ringlog_requests_total counter
+# HELP ringlog_request_latency_seconds Time from a request's last byte read to its response queued.
+# TYPE ringlog_request_latency_seconds histogram
+# TYPE ringlog_request_bytes_total counter
+# TYPE ringlog_response_bytes_total counter
+# TYPE ringlog_appended_records_total counter
+# TYPE ringlog_connections_open gauge
+# TYPE ringlog_connections_total counter
+# TYPE ringlog_connections_refused_total counter
+# TYPE ringlog_bad_frames_total counter
+# TYPE ringlog_storage_errors_total counter
+# TYPE ringlog_batch_cache_bytes gauge
+# HELP ringlog_log_end_offset Log end offset of each partition replica.
+# TYPE ringlog_log_end_offset gauge
+";
+
+pub async fn serve_admin(shard: Rc<Shard>, listener: Listener) {
+    while !shard.stopping.get() {
+        let Some(Ok((mut reader, mut writer, _peer))) =
+            runtime::timeout(Duration::from_millis(100), listener.accept()).await
+        else {
+            continue;
+        };
+        let shard = shard.clone();
+        runtime::spawn(async move {
+            let mut request = vec![0u8; HTTP_REQUEST_BYTES_MAX];
+            let mut len = 0;
+            while len < request.len() && !request[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                match runtime::timeout(Duration::from_millis(HTTP_READ_MS_MAX), reader.read(&mut request[len..])).await {
+                    Some(Ok(n)) if n > 0 => len += n,
+                    _ => return,
+                }
+            }
+            let line = String::from_utf8_lossy(&request[..len]).lines().next().unwrap_or_default().to_owned();
+            let response = if line.starts_with("GET /metrics ") {
+                let mut body = String::from(HEADERS);
+                for to in 0..shard.count {
+                    if let ShardReply::Metrics(text) = shard.call(to, ShardOp::RenderMetrics).await {
+                        body.push_str(&text);
+                    }
+                }
+                format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+            } else {
+                "HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_owned()
+            };
+            let _ = writer.write_all(response.as_bytes()).await;
+            let _ = writer.close().await;
+        })
+        .detach();
+    }
+}

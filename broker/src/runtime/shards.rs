@@ -1,0 +1,132 @@
+//! Starting the shards: one glommio executor pinned per configured core, joined
+//! by a full mesh of bounded channels, the only way shards talk to each other.
+
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use glommio::channels::channel_mesh::{MeshBuilder, Receivers, Senders};
+use glommio::channels::shared_channel::ConnectedReceiver;
+use glommio::{LocalExecutorBuilder, Placement};
+
+use super::IO_MEMORY_BYTES;
+
+/// What a shard's root future receives.
+#[derive(Debug)]
+pub struct ShardContext<T: Send + 'static> {
+    pub shard_id: usize,
+    pub shard_count: usize,
+    pub mesh: Mesh<T>,
+    /// Set (from a signal handler thread) when the process must stop.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// This shard's ends of the mesh.
+#[derive(Debug)]
+pub struct Mesh<T: Send + 'static> {
+    senders: Senders<T>,
+    receivers: Option<Receivers<T>>,
+}
+
+impl<T: Send + 'static> Mesh<T> {
+    /// Sends to shard `to` (never this shard), waiting while its queue is full.
+    pub async fn send(&self, to: usize, message: T) -> Result<(), T> {
+        self.senders
+            .send_to(to, message)
+            .await
+            .map_err(|e| match e {
+                glommio::GlommioError::Closed(glommio::ResourceType::Channel(m)) => m,
+                glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(m)) => m,
+                other => panic!("mesh send failed: {other}"),
+            })
+    }
+
+    /// The receivers from every other shard; callable once.
+    pub fn take_receivers(&mut self) -> Vec<(usize, MeshReceiver<T>)> {
+        let mut receivers = self.receivers.take().expect("receivers taken once");
+        receivers
+            .streams()
+            .into_iter()
+            .map(|(from, r)| (from, MeshReceiver { inner: r }))
+            .collect()
+    }
+}
+
+#[derive(Debug)]
+pub struct MeshReceiver<T: Send + 'static> {
+    inner: ConnectedReceiver<T>,
+}
+
+impl<T: Send + 'static> MeshReceiver<T> {
+    /// The next message, `None` once the sending shard has gone.
+    pub async fn recv(&self) -> Option<T> {
+        self.inner.recv().await
+    }
+}
+
+/// Runs `root` on `cpus.len()` executors, shard `i` pinned to `cpus[i]`, and
+/// returns their outputs once all have finished.
+pub fn run_shards<T, F, Fut, R>(
+    cpus: &[usize],
+    mesh_queue_max: usize,
+    stop: Arc<AtomicBool>,
+    root: F,
+) -> io::Result<Vec<R>>
+where
+    T: Send + 'static,
+    F: Fn(ShardContext<T>) -> Fut + Send + Sync + Clone + 'static,
+    Fut: Future<Output = R> + 'static,
+    R: Send + 'static,
+{
+    let shard_count = cpus.len();
+    let mesh = MeshBuilder::<T, _>::full(shard_count, mesh_queue_max);
+    let mut handles = Vec::with_capacity(shard_count);
+    for (shard_id, &cpu) in cpus.iter().enumerate() {
+        let (mesh, root, stop) = (mesh.clone(), root.clone(), stop.clone());
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("shard-{shard_id}"))
+            .io_memory(IO_MEMORY_BYTES)
+            // A short spin before parking cuts cross-core message latency.
+            .spin_before_park(Duration::from_micros(200))
+            .spawn(move || async move {
+                let (senders, receivers) = mesh.join().await.expect("mesh join");
+                root(ShardContext {
+                    shard_id,
+                    shard_count,
+                    mesh: Mesh {
+                        senders,
+                        receivers: Some(receivers),
+                    },
+                    stop,
+                })
+                .await
+            })
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        handles.push(handle);
+    }
+    handles
+        .into_iter()
+        .map(|h| h.join().map_err(|e| io::Error::other(e.to_string())))
+        .collect()
+}
+
+/// Registers SIGTERM and SIGINT to set `stop`.
+pub fn stop_on_signals(stop: &Arc<AtomicBool>) -> io::Result<()> {
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    Ok(())
+}
+
+/// Resolves once `stop` is set, checking every `poll`.
+pub async fn wait_for_stop(stop: &AtomicBool, poll: Duration) {
+    while !stop.load(Ordering::Relaxed) {
+        glommio::timer::sleep(poll).await;
+    }
+}
+
+/// Number of CPUs this process may run on.
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
