@@ -49,6 +49,11 @@ impl Broker {
     }
 
     pub fn start_on(data_dir: &Path, cores: usize, port: u16) -> Broker {
+        Broker::start_with(data_dir, cores, port, &[])
+    }
+
+    /// Starts with extra flags, e.g. `--config FILE`.
+    pub fn start_with(data_dir: &Path, cores: usize, port: u16, extra: &[&str]) -> Broker {
         let log_path = data_dir.with_extension(format!("broker-{port}.log"));
         let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_ringlog-broker"))
@@ -62,6 +67,7 @@ impl Broker {
             ])
             .arg("--data-dir")
             .arg(data_dir)
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)

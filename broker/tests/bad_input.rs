@@ -1,0 +1,284 @@
+//! Bad input never takes the broker down or loses data: each malformed frame,
+//! oversized request, unknown API, corrupt batch, unknown topic, out-of-range
+//! offset or silent client gets an error code or a closed connection, and a
+//! well-behaved client is served normally afterwards.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use protocol::flatbuffers::FlatBufferBuilder;
+use protocol::frame::{encode_request, RequestHeader};
+use protocol::{wire, ApiKey, ErrorCode};
+use support::batch;
+use support::cluster::{free_port_block, Broker, Client};
+
+/// Asserts the broker still answers a normal produce and fetch.
+fn still_serving(broker: &mut Broker) {
+    assert!(broker.is_running(), "broker died; log:\n{}", broker.log());
+    let mut client = Client::connect(broker.addr()).unwrap();
+    let (code, base) = client.produce("t", 0, &batch(7, 1, 1, 8), -1);
+    assert_eq!(code, ErrorCode::None);
+    let (code, hw, _, records) = client.fetch("t", 0, base, 1 << 20, 0);
+    assert_eq!(code, ErrorCode::None);
+    assert!(!records.is_empty() && hw == base + 1);
+}
+
+/// Reads until the peer closes; true if it did within the deadline.
+fn closed_by_peer(stream: &mut TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn start(dir: &std::path::Path, extra: &[&str]) -> Broker {
+    let broker = Broker::start_with(&dir.join("data"), 1, free_port_block(1), extra);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("t", 1, &[]), ErrorCode::None);
+    broker
+}
+
+fn raw_frame(api_key: u16, api_version: u16, body: &[u8], payload: &[&[u8]]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    encode_request(
+        &mut frame,
+        &RequestHeader {
+            api_key,
+            api_version,
+            correlation_id: 9,
+            client_id: "bad".into(),
+        },
+        body,
+        payload,
+    );
+    frame
+}
+
+/// Garbage, an oversized length prefix, a truncated frame, a body that is not
+/// a flatbuffer and a records range outside the payload each close only their
+/// own connection.
+#[test]
+fn malformed_frames_close_only_their_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = start(dir.path(), &[]);
+
+    let mut garbage = TcpStream::connect(broker.addr()).unwrap();
+    garbage.write_all(&[0x7f; 64]).unwrap();
+    assert!(
+        closed_by_peer(&mut garbage),
+        "garbage length prefix over the bound"
+    );
+    still_serving(&mut broker);
+
+    let mut oversized = TcpStream::connect(broker.addr()).unwrap();
+    oversized.write_all(&u32::MAX.to_be_bytes()).unwrap();
+    assert!(
+        closed_by_peer(&mut oversized),
+        "frame_size_bytes_max enforced before allocating"
+    );
+    still_serving(&mut broker);
+
+    let mut truncated = TcpStream::connect(broker.addr()).unwrap();
+    truncated.write_all(&100u32.to_be_bytes()).unwrap();
+    truncated.write_all(&[0u8; 10]).unwrap();
+    drop(truncated);
+    still_serving(&mut broker);
+
+    let mut not_flatbuffer = TcpStream::connect(broker.addr()).unwrap();
+    not_flatbuffer
+        .write_all(&raw_frame(ApiKey::Produce as u16, 0, &[0xff; 40], &[]))
+        .unwrap();
+    assert!(closed_by_peer(&mut not_flatbuffer), "unverifiable body");
+    still_serving(&mut broker);
+
+    let mut bad_range = TcpStream::connect(broker.addr()).unwrap();
+    let body = Client::produce_body("t", 0, 10_000, -1);
+    bad_range
+        .write_all(&raw_frame(ApiKey::Produce as u16, 0, &body, &[&[1, 2, 3]]))
+        .unwrap();
+    assert!(
+        closed_by_peer(&mut bad_range),
+        "records range outside the payload"
+    );
+    still_serving(&mut broker);
+
+    let mut bad_client_id = TcpStream::connect(broker.addr()).unwrap();
+    let mut frame = raw_frame(0, 0, &[], &[]);
+    frame[12..14].copy_from_slice(&u16::MAX.to_be_bytes());
+    bad_client_id.write_all(&frame).unwrap();
+    assert!(
+        closed_by_peer(&mut bad_client_id),
+        "client id over its bound"
+    );
+    still_serving(&mut broker);
+    assert!(broker.log().contains("bad frame"), "logged");
+}
+
+/// Unknown APIs and versions get UNSUPPORTED_VERSION with the supported list.
+#[test]
+fn unknown_api_and_version_get_an_error_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = start(dir.path(), &[]);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    for (key, version) in [(999u16, 0u16), (ApiKey::Fetch as u16, 7)] {
+        client
+            .stream
+            .write_all(&raw_frame(key, version, &[], &[]))
+            .unwrap();
+        let (id, response) = client.receive().unwrap();
+        assert_eq!(id, 9);
+        let parsed =
+            protocol::flatbuffers::root::<wire::ApiVersionsResponse>(&response.body).unwrap();
+        assert_eq!(
+            ErrorCode::from_u16(parsed.error_code()),
+            ErrorCode::UnsupportedVersion
+        );
+        assert_eq!(parsed.apis().unwrap().len(), ApiKey::ALL.len());
+    }
+    still_serving(&mut broker);
+}
+
+/// A batch with a bad CRC is refused with CORRUPT_MESSAGE and nothing is appended;
+/// unknown topics and partitions and out-of-range offsets get their codes.
+#[test]
+fn bad_batches_topics_and_offsets_get_error_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = start(dir.path(), &[]);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(
+        client.produce("t", 0, &batch(1, 2, 1, 8), -1),
+        (ErrorCode::None, 0)
+    );
+    let mut corrupt = batch(2, 2, 1, 8);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    assert_eq!(
+        client.produce("t", 0, &corrupt, -1).0,
+        ErrorCode::CorruptMessage
+    );
+    assert_eq!(
+        client.produce("t", 0, &corrupt[..30], -1).0,
+        ErrorCode::CorruptMessage,
+        "truncated batch"
+    );
+    assert_eq!(
+        client.list_offset("t", 0, -1),
+        (ErrorCode::None, 2),
+        "nothing appended"
+    );
+    assert_eq!(
+        client.produce("nope", 0, &batch(3, 1, 1, 8), -1).0,
+        ErrorCode::UnknownTopicOrPartition
+    );
+    assert_eq!(
+        client.produce("t", 99, &batch(3, 1, 1, 8), -1).0,
+        ErrorCode::UnknownTopicOrPartition
+    );
+    assert_eq!(
+        client.fetch("nope", 0, 0, 100, 0).0,
+        ErrorCode::UnknownTopicOrPartition
+    );
+    let (code, hw, log_start, records) = client.fetch("t", 0, 50, 100, 0);
+    assert_eq!(
+        (code, hw, log_start, records.len()),
+        (ErrorCode::OffsetOutOfRange, 2, 0, 0),
+        "the valid range comes back"
+    );
+    assert_eq!(
+        client.fetch("t", 0, -5, 100, 0).0,
+        ErrorCode::OffsetOutOfRange
+    );
+    assert_eq!(
+        client.create_topic("bad/name", 1, &[]),
+        ErrorCode::InvalidTopicName
+    );
+    assert_eq!(
+        client.create_topic("x", 0, &[]),
+        ErrorCode::InvalidPartitions
+    );
+    assert_eq!(
+        client.create_topic("y", 1, &[("retention.ms", "soon")]),
+        ErrorCode::InvalidConfig
+    );
+    still_serving(&mut broker);
+}
+
+/// A client that connects and sends nothing does not block others and is
+/// closed after the idle bound; connections beyond the bound are refused.
+#[test]
+fn silent_clients_and_connection_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(
+        &config,
+        "connection_idle_ms_max = 500\nconnections_per_shard_max = 4\n",
+    )
+    .unwrap();
+    let mut broker = start(dir.path(), &["--config", config.to_str().unwrap()]);
+    let mut silent = TcpStream::connect(broker.addr()).unwrap();
+    still_serving(&mut broker);
+    let started = Instant::now();
+    assert!(closed_by_peer(&mut silent), "idle connection closed");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    let held: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(broker.addr()).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut extra = TcpStream::connect(broker.addr()).unwrap();
+    assert!(closed_by_peer(&mut extra), "fifth connection refused");
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut client = Client::connect(broker.addr()).unwrap();
+        if client.api_versions().is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slots free again after the held connections close"
+        );
+    }
+    still_serving(&mut broker);
+}
+
+/// Many requests in flight on one connection are answered in request order.
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = start(dir.path(), &[]);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    let mut fbb = FlatBufferBuilder::new();
+    let root = wire::ApiVersionsRequest::create(&mut fbb, &wire::ApiVersionsRequestArgs {});
+    fbb.finish_minimal(root);
+    let body = fbb.finished_data().to_vec();
+    let produce = batch(4, 1, 1, 8);
+    let produce_body = Client::produce_body("t", 0, produce.len(), 1);
+    let mut ids = Vec::new();
+    for i in 0..300 {
+        let id = if i % 3 == 0 {
+            client
+                .send(ApiKey::Produce, &produce_body, &[&produce])
+                .unwrap()
+        } else {
+            client.send(ApiKey::ApiVersions, &body, &[]).unwrap()
+        };
+        ids.push(id);
+    }
+    for id in ids {
+        assert_eq!(client.receive().unwrap().0, id);
+    }
+    assert_eq!(client.list_offset("t", 0, -1), (ErrorCode::None, 100));
+    still_serving(&mut broker);
+}
