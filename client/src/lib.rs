@@ -1,1 +1,39 @@
-//! placeholder
+//! Ringlog's async Rust client, for ordinary tokio applications: `Admin`
+//! (topics), `Producer` (batched, partitioned, retried appends with a future
+//! per record) and `Consumer` (assigned partitions, seek, prefetching poll),
+//! all sharing a `Cluster` (metadata cache, shard-aware routing, one
+//! pipelined `Connection` per endpoint). It depends only on `protocol`.
+//!
+//! Data path: `Producer::enqueue` → `Accumulator` (per-partition batches,
+//! built once with `protocol::BatchBuilder`) → one Produce request per leader
+//! shard endpoint → per-record futures resolve. `Consumer::poll` → one Fetch
+//! per leader shard endpoint in flight → stored batches validated and decoded
+//! (`consumer_record.rs`) → records at or above the requested offset.
+
+pub mod accumulator;
+pub mod admin;
+pub mod cluster;
+pub mod config;
+pub mod connection;
+pub mod consumer;
+pub mod consumer_record;
+pub mod error;
+pub mod messages;
+pub mod metadata;
+pub mod partitioner;
+pub mod producer;
+
+pub use accumulator::TopicPartition;
+pub use admin::{Admin, PartitionDescription, TopicDescription, TopicSummary};
+pub use cluster::Cluster;
+pub use config::{Acks, ClientConfig, ConsumerConfig, OffsetReset, ProducerConfig};
+pub use connection::{Connection, Response, ResponseFuture};
+pub use consumer::{Consumer, SeekTo};
+pub use consumer_record::ConsumerRecord;
+pub use error::{ClientError, Result};
+pub use metadata::{
+    BrokerMetadata, ClusterMetadata, PartitionMetadata, ShardEndpoint, TopicMetadata,
+};
+pub use partitioner::{murmur2, Partitioner};
+pub use producer::{Delivery, DeliveryFuture, Header, Producer, ProducerRecord};
+pub use protocol::Compression;

@@ -1,5 +1,6 @@
 //! Zig-zag variable-length integers as used inside record batch v2 records.
-//! Decoders take untrusted bytes and return `None` on truncation or overlong input.
+//! Decoders take untrusted bytes and return `None` on truncation or on input
+//! longer than the type allows (more than 5 or 10 bytes, or bits past 32 or 64).
 
 /// Largest encoding of a zig-zag i32 (5 bytes) and i64 (10 bytes).
 pub const VARINT_BYTES_MAX: usize = 5;
@@ -41,22 +42,28 @@ fn unsigned_len(mut v: u64) -> usize {
 
 /// Decodes a zig-zag i32 from the front of `input`; returns it and the bytes consumed.
 pub fn get_varint(input: &[u8]) -> Option<(i32, usize)> {
-    let (raw, used) = get_unsigned(input, VARINT_BYTES_MAX)?;
-    let raw = u32::try_from(raw).ok()?;
+    let (raw, used) = get_unsigned(input, VARINT_BYTES_MAX, 32)?;
+    let raw = raw as u32;
     Some((((raw >> 1) as i32) ^ -((raw & 1) as i32), used))
 }
 
 /// Decodes a zig-zag i64 from the front of `input`; returns it and the bytes consumed.
 pub fn get_varlong(input: &[u8]) -> Option<(i64, usize)> {
-    let (raw, used) = get_unsigned(input, VARLONG_BYTES_MAX)?;
+    let (raw, used) = get_unsigned(input, VARLONG_BYTES_MAX, 64)?;
     Some((((raw >> 1) as i64) ^ -((raw & 1) as i64), used))
 }
 
-fn get_unsigned(input: &[u8], bytes_max: usize) -> Option<(u64, usize)> {
+/// Decodes an unsigned LEB128 value of at most `bits` bits. Encodings that carry
+/// bits past `bits` are refused, so every accepted input maps to one value.
+fn get_unsigned(input: &[u8], bytes_max: usize, bits: u32) -> Option<(u64, usize)> {
     let mut value: u64 = 0;
     for (i, &byte) in input.iter().take(bytes_max).enumerate() {
         let shift = 7 * i as u32;
-        value |= u64::from(byte & 0x7f).checked_shl(shift)?;
+        let payload = u64::from(byte & 0x7f);
+        if shift + 7 > bits && payload >> (bits - shift) != 0 {
+            return None;
+        }
+        value |= payload << shift;
         if byte & 0x80 == 0 {
             return Some((value, i + 1));
         }
@@ -107,5 +114,19 @@ mod tests {
             "overlong"
         );
         assert_eq!(get_varint(&[0x80]), None, "truncated");
+        assert_eq!(
+            get_varlong(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]),
+            None,
+            "bits past 64"
+        );
+        assert_eq!(
+            get_varint(&[0xff, 0xff, 0xff, 0xff, 0x1f]),
+            None,
+            "bits past 32"
+        );
+        assert_eq!(
+            get_varint(&[0xff, 0xff, 0xff, 0xff, 0x0f]),
+            Some((i32::MIN, 5))
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! Opening a partition directory: trust segments the recovery point covers,
 //! rescan and validate the rest batch by batch, cut the log at the first
 //! invalid byte, drop everything after it, and rebuild missing or damaged
-//! indexes. After this, every byte the log serves has passed validation.
+//! indexes. Trusted segments are checked from their last index entry on; every
+//! read from disk checks the CRC again, so nothing invalid is served.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -59,7 +60,17 @@ pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogR
         let trusted = clean
             || matches!((next_base, recovery_point), (Some(next), Some(point)) if next <= point);
         let loaded = if trusted {
-            load_trusted(dir, base, &file, file_bytes, next_base, config, now_ms).await?
+            load_trusted(
+                dir,
+                base,
+                &file,
+                file_bytes,
+                next_base,
+                latest_epoch,
+                config,
+                now_ms,
+            )
+            .await?
         } else {
             None
         };
@@ -183,6 +194,7 @@ async fn load_trusted(
     file: &DirectFile,
     file_bytes: u64,
     next_base: Option<Offset>,
+    latest_epoch: LeaderEpoch,
     config: &LogConfig,
     now_ms: i64,
 ) -> LogResult<Option<Segment>> {
@@ -208,7 +220,7 @@ async fn load_trusted(
         size_bytes: u64::from(last.position),
         max_timestamp_ms: time_index.last().map_or(-1, |e| e.timestamp_ms),
         created_ms: now_ms,
-        latest_epoch: LeaderEpoch(0),
+        latest_epoch,
         offset_index,
         time_index,
         bytes_since_index_entry: 0,

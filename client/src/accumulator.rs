@@ -1,0 +1,383 @@
+//! `Accumulator`: the producer's per-partition batching, as a pure state
+//! machine (records and the time in, batches ready to send out). It keeps
+//! partition order by holding at most one batch per partition in flight and
+//! putting a batch to retry back at the front of its queue. Generic over the
+//! per-record ticket so tests can drive it without channels, and it never
+//! reads a clock: callers pass `now`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use protocol::{BatchBuilder, BatchError, Compression, Record};
+
+/// A topic partition.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> TopicPartition {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+/// A batch that takes no more records.
+#[derive(Debug)]
+pub struct SealedBatch<T> {
+    pub topic_partition: TopicPartition,
+    /// The encoded (and compressed) batch, or why it could not be built.
+    pub bytes: Result<Vec<u8>, BatchError>,
+    /// One per record, in offset order: ticket `i` is the record at base offset + `i`.
+    pub tickets: Vec<T>,
+    /// Uncompressed size, what `batch_bytes_max` bounds.
+    pub size_bytes_uncompressed: usize,
+    /// Sends so far.
+    pub attempts: u32,
+    retry_at: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct OpenBatch<T> {
+    builder: BatchBuilder,
+    tickets: Vec<T>,
+    created_at: Instant,
+}
+
+impl<T> OpenBatch<T> {
+    fn seal(self, topic_partition: TopicPartition) -> SealedBatch<T> {
+        let size_bytes_uncompressed = self.builder.size_bytes_uncompressed();
+        let record_count = self.builder.record_count() as usize;
+        assert_eq!(record_count, self.tickets.len(), "one ticket per record");
+        SealedBatch {
+            topic_partition,
+            bytes: self.builder.build(),
+            tickets: self.tickets,
+            size_bytes_uncompressed,
+            attempts: 0,
+            retry_at: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct PartitionQueue<T> {
+    open: Option<OpenBatch<T>>,
+    sealed: VecDeque<SealedBatch<T>>,
+    in_flight: bool,
+}
+
+impl<T> PartitionQueue<T> {
+    fn is_idle(&self) -> bool {
+        self.open.is_none() && self.sealed.is_empty() && !self.in_flight
+    }
+}
+
+/// Per-partition batching with linger and size triggers.
+#[derive(Debug)]
+pub struct Accumulator<T> {
+    batch_bytes_max: usize,
+    linger: Duration,
+    compression: Compression,
+    queues: BTreeMap<TopicPartition, PartitionQueue<T>>,
+    records_buffered: usize,
+    /// Partitions whose open batch was sealed since the last `take_seal_events`.
+    seal_events: Vec<TopicPartition>,
+}
+
+impl<T> Accumulator<T> {
+    pub fn new(batch_bytes_max: usize, linger: Duration, compression: Compression) -> Self {
+        assert!(batch_bytes_max > 0);
+        Accumulator {
+            batch_bytes_max,
+            linger,
+            compression,
+            queues: BTreeMap::new(),
+            records_buffered: 0,
+            seal_events: Vec::new(),
+        }
+    }
+
+    /// Adds a record to its partition's open batch. A record that would take
+    /// the batch past `batch_bytes_max` seals it first and starts a new one
+    /// (a record bigger than the bound travels alone); a batch that reached
+    /// the bound is sealed at once.
+    pub fn append(
+        &mut self,
+        topic_partition: &TopicPartition,
+        record: &Record<'_>,
+        ticket: T,
+        now: Instant,
+    ) {
+        let compression = self.compression;
+        let queue = self
+            .queues
+            .entry(topic_partition.clone())
+            .or_insert_with(|| PartitionQueue {
+                open: None,
+                sealed: VecDeque::new(),
+                in_flight: false,
+            });
+        if let Some(open) = &queue.open {
+            let size_after =
+                open.builder.size_bytes_uncompressed() + open.builder.record_size_bytes(record);
+            if size_after > self.batch_bytes_max {
+                let full = queue.open.take().expect("checked above");
+                queue.sealed.push_back(full.seal(topic_partition.clone()));
+                self.seal_events.push(topic_partition.clone());
+            }
+        }
+        let open = queue.open.get_or_insert_with(|| OpenBatch {
+            builder: BatchBuilder::new(compression),
+            tickets: Vec::new(),
+            created_at: now,
+        });
+        open.builder.push(record);
+        open.tickets.push(ticket);
+        self.records_buffered += 1;
+        if open.builder.size_bytes_uncompressed() >= self.batch_bytes_max {
+            let full = queue.open.take().expect("just filled");
+            queue.sealed.push_back(full.seal(topic_partition.clone()));
+            self.seal_events.push(topic_partition.clone());
+        }
+    }
+
+    /// Takes the batches that may be sent now: per partition with nothing in
+    /// flight, the front sealed batch once its retry time passed, else the
+    /// open batch once it lingered `linger` (or at once when `force`, for
+    /// flush and close). Marks those partitions in flight.
+    pub fn drain_ready(&mut self, now: Instant, force: bool) -> Vec<SealedBatch<T>> {
+        let mut ready = Vec::new();
+        for (topic_partition, queue) in &mut self.queues {
+            if queue.in_flight {
+                continue;
+            }
+            if let Some(front) = queue.sealed.front() {
+                if front.retry_at.is_none_or(|at| at <= now) {
+                    ready.push(queue.sealed.pop_front().expect("front exists"));
+                    queue.in_flight = true;
+                }
+                continue;
+            }
+            let linger_over = queue
+                .open
+                .as_ref()
+                .is_some_and(|open| force || now >= open.created_at + self.linger);
+            if linger_over {
+                let open = queue.open.take().expect("checked above");
+                ready.push(open.seal(topic_partition.clone()));
+                self.seal_events.push(topic_partition.clone());
+                queue.in_flight = true;
+            }
+        }
+        ready
+    }
+
+    /// When `drain_ready` would next return something without new input.
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        self.queues
+            .values()
+            .filter(|q| !q.in_flight)
+            .filter_map(|q| match q.sealed.front() {
+                Some(front) => Some(front.retry_at.unwrap_or_else(Instant::now)),
+                None => q.open.as_ref().map(|open| open.created_at + self.linger),
+            })
+            .min()
+    }
+
+    /// The partition's in-flight batch finished (delivered or failed for good).
+    pub fn complete(&mut self, topic_partition: &TopicPartition, record_count: usize) {
+        let queue = self
+            .queues
+            .get_mut(topic_partition)
+            .expect("completing a partition the accumulator knows");
+        assert!(
+            queue.in_flight,
+            "completing a partition with nothing in flight"
+        );
+        queue.in_flight = false;
+        self.records_buffered = self
+            .records_buffered
+            .checked_sub(record_count)
+            .expect("completed more records than buffered");
+        if queue.is_idle() {
+            self.queues.remove(topic_partition);
+        }
+    }
+
+    /// Puts an in-flight batch back at the front of its partition's queue,
+    /// to be sent again no earlier than `retry_at`.
+    pub fn retry(&mut self, mut batch: SealedBatch<T>, retry_at: Instant) {
+        let queue = self
+            .queues
+            .get_mut(&batch.topic_partition)
+            .expect("retrying a partition the accumulator knows");
+        assert!(queue.in_flight, "retrying a batch that was not in flight");
+        queue.in_flight = false;
+        batch.retry_at = Some(retry_at);
+        queue.sealed.push_front(batch);
+    }
+
+    pub fn take_seal_events(&mut self) -> Vec<TopicPartition> {
+        std::mem::take(&mut self.seal_events)
+    }
+
+    /// Records appended and not yet completed, including those in flight.
+    pub fn records_buffered(&self) -> usize {
+        self.records_buffered
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records_buffered == 0
+    }
+
+    pub fn check_invariants(&self) {
+        let counted: usize = self
+            .queues
+            .values()
+            .map(|q| {
+                q.open.as_ref().map_or(0, |o| o.tickets.len())
+                    + q.sealed.iter().map(|s| s.tickets.len()).sum::<usize>()
+            })
+            .sum();
+        assert!(
+            counted <= self.records_buffered,
+            "queued records are counted"
+        );
+        for queue in self.queues.values() {
+            if let Some(open) = &queue.open {
+                assert!(!open.tickets.is_empty(), "an open batch holds a record");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::RecordBatch;
+
+    fn record(value: &[u8]) -> Record<'_> {
+        Record {
+            timestamp_ms: 1_000,
+            key: None,
+            value: Some(value),
+            headers: &[],
+        }
+    }
+
+    #[test]
+    fn linger_trigger_releases_a_batch_only_after_linger() {
+        // Proves an open batch waits `linger` from its first record, then
+        // goes out as one batch holding every record appended meanwhile.
+        let start = Instant::now();
+        let linger = Duration::from_millis(5);
+        let mut accumulator = Accumulator::new(64 << 10, linger, Compression::None);
+        let tp = TopicPartition::new("t", 0);
+        for i in 0..3u32 {
+            accumulator.append(
+                &tp,
+                &record(b"v"),
+                i,
+                start + Duration::from_millis(i.into()),
+            );
+        }
+        assert!(accumulator
+            .drain_ready(start + Duration::from_millis(4), false)
+            .is_empty());
+        assert_eq!(accumulator.next_wakeup(), Some(start + linger));
+        let ready = accumulator.drain_ready(start + linger, false);
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].tickets, vec![0, 1, 2]);
+        let bytes = ready[0].bytes.as_ref().unwrap();
+        assert_eq!(
+            RecordBatch::parse(bytes, 1 << 20)
+                .unwrap()
+                .header()
+                .record_count,
+            3
+        );
+        accumulator.check_invariants();
+    }
+
+    #[test]
+    fn size_trigger_seals_before_the_bound_is_passed() {
+        // Proves batches never exceed batch_bytes_max (unless one record is
+        // bigger than it), full batches are ready without lingering, and
+        // records keep their order across batches.
+        let start = Instant::now();
+        let batch_bytes_max = 1024;
+        let mut accumulator =
+            Accumulator::new(batch_bytes_max, Duration::from_secs(60), Compression::None);
+        let tp = TopicPartition::new("t", 0);
+        let value = [7u8; 100];
+        for i in 0..30u32 {
+            accumulator.append(&tp, &record(&value), i, start);
+        }
+        let sealed = accumulator.take_seal_events().len();
+        assert!(
+            sealed >= 2,
+            "30 records of ~110 bytes fill several 1 KiB batches"
+        );
+        let mut order = Vec::new();
+        let mut batches = 0;
+        loop {
+            let ready = accumulator.drain_ready(start, false);
+            if ready.is_empty() {
+                break;
+            }
+            assert_eq!(ready.len(), 1, "one batch in flight per partition");
+            let batch = &ready[0];
+            assert!(batch.size_bytes_uncompressed <= batch_bytes_max);
+            order.extend(batch.tickets.iter().copied());
+            accumulator.complete(&tp, batch.tickets.len());
+            batches += 1;
+        }
+        assert_eq!(batches, sealed, "only sealed batches leave before linger");
+        // The rest is in the open batch, released by a forced drain (flush).
+        let rest = accumulator.drain_ready(start, true);
+        order.extend(rest[0].tickets.iter().copied());
+        assert_eq!(order, (0..30).collect::<Vec<_>>());
+        // A record above the bound travels alone.
+        let big = [1u8; 2048];
+        let tp1 = TopicPartition::new("t", 1);
+        accumulator.append(&tp1, &record(b"x"), 100, start);
+        accumulator.append(&tp1, &record(&big), 101, start);
+        let ready = accumulator.drain_ready(start, false);
+        assert_eq!(ready[0].tickets, vec![100]);
+    }
+
+    #[test]
+    fn retried_batch_keeps_partition_order_and_waits_for_backoff() {
+        // Proves a batch put back for retry is sent before later batches of
+        // its partition, and not before its retry time.
+        let start = Instant::now();
+        let mut accumulator = Accumulator::new(1 << 20, Duration::ZERO, Compression::Zstd);
+        let tp = TopicPartition::new("t", 0);
+        accumulator.append(&tp, &record(b"first"), 1u32, start);
+        let first = accumulator.drain_ready(start, false).pop().unwrap();
+        accumulator.append(&tp, &record(b"second"), 2u32, start);
+        assert!(
+            accumulator.drain_ready(start, false).is_empty(),
+            "one in flight"
+        );
+        let retry_at = start + Duration::from_millis(100);
+        accumulator.retry(first, retry_at);
+        assert!(
+            accumulator.drain_ready(start, false).is_empty(),
+            "backoff holds"
+        );
+        assert_eq!(accumulator.next_wakeup(), Some(retry_at));
+        let again = accumulator.drain_ready(retry_at, false).pop().unwrap();
+        assert_eq!(again.tickets, vec![1]);
+        accumulator.complete(&tp, 1);
+        let second = accumulator.drain_ready(retry_at, false).pop().unwrap();
+        assert_eq!(second.tickets, vec![2]);
+        accumulator.complete(&tp, 1);
+        assert!(accumulator.is_empty());
+    }
+}

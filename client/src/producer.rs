@@ -1,0 +1,486 @@
+//! `Producer`: accepts records, batches them per partition (see
+//! `accumulator.rs`), sends one produce request per leader endpoint with the
+//! ready batches, retries retriable failures with exponential backoff and
+//! resolves one future per record to its (partition, offset). A background
+//! task owns all batching state; handles talk to it over a bounded channel.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use protocol::{ApiKey, Record, RecordHeader};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::accumulator::{Accumulator, SealedBatch, TopicPartition};
+use crate::cluster::Cluster;
+use crate::config::{Acks, ClientConfig, ProducerConfig};
+use crate::error::{ClientError, Result};
+use crate::messages::{self, ProduceEntry, ProduceOutcome};
+use crate::partitioner::{partition_for_key, Partitioner};
+
+/// Bound on commands queued for the background task. Record bytes are
+/// bounded separately by `buffer_bytes_max`.
+const COMMAND_QUEUE_MAX: usize = 4096;
+/// Bytes a record costs beyond its key, value and headers (varints,
+/// attributes, deltas), for buffer accounting and the record bound.
+const RECORD_OVERHEAD_BYTES: usize = 32;
+
+/// One record header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub key: String,
+    pub value: Option<Bytes>,
+}
+
+/// A record to produce.
+#[derive(Clone, Debug, Default)]
+pub struct ProducerRecord {
+    pub topic: String,
+    /// `None` lets the partitioner choose (by key, else sticky).
+    pub partition: Option<i32>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<Header>,
+    /// `None` stamps the current time.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl ProducerRecord {
+    fn size_bytes(&self) -> usize {
+        RECORD_OVERHEAD_BYTES
+            + self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.as_ref().map_or(0, Bytes::len)
+            + self
+                .headers
+                .iter()
+                .map(|h| 8 + h.key.len() + h.value.as_ref().map_or(0, Bytes::len))
+                .sum::<usize>()
+    }
+}
+
+/// `(partition, offset)` of a delivered record; the offset is -1 with acks=0.
+pub type Delivery = (i32, i64);
+
+/// Resolves once the record is acknowledged (or written, with acks=0), or
+/// failed for good.
+#[derive(Debug)]
+pub struct DeliveryFuture {
+    reply: oneshot::Receiver<Result<Delivery>>,
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<Delivery>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.reply)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(ClientError::ProducerClosed)))
+    }
+}
+
+/// A record's completion and its share of the buffer, released when dropped.
+#[derive(Debug)]
+struct Ticket {
+    reply: oneshot::Sender<Result<Delivery>>,
+    _buffer: OwnedSemaphorePermit,
+}
+
+#[derive(Debug)]
+enum Command {
+    Append {
+        record: ProducerRecord,
+        partition: Option<i32>,
+        partition_count: usize,
+        ticket: Ticket,
+    },
+    Flush(oneshot::Sender<()>),
+    Close(oneshot::Sender<()>),
+}
+
+/// The producer handle. Dropping it lets the background task deliver what is
+/// buffered and then stop; `close` does the same and waits.
+#[derive(Debug)]
+pub struct Producer {
+    cluster: Cluster,
+    config: ProducerConfig,
+    commands: mpsc::Sender<Command>,
+    buffer: Arc<Semaphore>,
+    closed: AtomicBool,
+}
+
+impl Producer {
+    pub async fn connect(
+        bootstrap: &str,
+        client_config: ClientConfig,
+        config: ProducerConfig,
+    ) -> Result<Producer> {
+        Producer::new(Cluster::connect(bootstrap, client_config).await?, config)
+    }
+
+    /// Starts the background task; call inside a tokio runtime.
+    pub fn new(cluster: Cluster, config: ProducerConfig) -> Result<Producer> {
+        config.validate()?;
+        let (commands, commands_rx) = mpsc::channel(COMMAND_QUEUE_MAX);
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let sender = Sender {
+            cluster: cluster.clone(),
+            accumulator: Accumulator::new(
+                config.batch_bytes_max,
+                Duration::from_millis(config.linger_ms),
+                config.compression,
+            ),
+            partitioner: Partitioner::new(seed),
+            config: config.clone(),
+            in_flight: JoinSet::new(),
+        };
+        tokio::spawn(sender.run(commands_rx));
+        Ok(Producer {
+            cluster,
+            buffer: Arc::new(Semaphore::new(config.buffer_bytes_max)),
+            config,
+            commands,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Takes a record into the buffer, waiting while `buffer_bytes_max` is
+    /// reached, and returns the future of its delivery. Records enqueued one
+    /// after another keep their order within a partition.
+    pub async fn enqueue(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(ClientError::ProducerClosed);
+        }
+        let size_bytes = record.size_bytes();
+        if size_bytes > self.config.record_bytes_max {
+            return Err(ClientError::RecordTooLarge {
+                size_bytes,
+                size_bytes_max: self.config.record_bytes_max,
+            });
+        }
+        let topic = self
+            .cluster
+            .topic(&record.topic, self.config.retries_max + 1)
+            .await?;
+        let partition_count = topic.partition_count();
+        let partition = match (record.partition, &record.key) {
+            (Some(p), _) if topic.partition(p).is_none() => {
+                return Err(ClientError::UnknownPartition {
+                    topic: record.topic.clone(),
+                    partition: p,
+                })
+            }
+            (Some(p), _) => Some(p),
+            (None, Some(key)) => Some(partition_for_key(key, partition_count)),
+            (None, None) => None,
+        };
+        // A record can never need more than the whole buffer.
+        let permits = size_bytes.min(self.config.buffer_bytes_max) as u32;
+        let buffer = Arc::clone(&self.buffer)
+            .acquire_many_owned(permits)
+            .await
+            .expect("the buffer semaphore is never closed");
+        let (reply, reply_rx) = oneshot::channel();
+        let command = Command::Append {
+            record,
+            partition,
+            partition_count,
+            ticket: Ticket {
+                reply,
+                _buffer: buffer,
+            },
+        };
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| ClientError::ProducerClosed)?;
+        Ok(DeliveryFuture { reply: reply_rx })
+    }
+
+    /// Sends one record and resolves to its `(partition, offset)`.
+    /// Concurrent `send` futures enter the buffer in the order they are
+    /// polled; use `enqueue` to pipeline records in a fixed order.
+    pub fn send(
+        &self,
+        topic: &str,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        headers: Vec<Header>,
+    ) -> impl Future<Output = Result<Delivery>> + Send + '_ {
+        let record = ProducerRecord {
+            topic: topic.to_owned(),
+            key,
+            value,
+            headers,
+            ..ProducerRecord::default()
+        };
+        async move { self.enqueue(record).await?.await }
+    }
+
+    /// Sends everything buffered now, ignoring linger, and waits until every
+    /// record enqueued so far is delivered or failed.
+    pub async fn flush(&self) -> Result<()> {
+        let (done, done_rx) = oneshot::channel();
+        if self.commands.send(Command::Flush(done)).await.is_err() {
+            return Ok(());
+        }
+        let _ = done_rx.await;
+        Ok(())
+    }
+
+    /// Refuses new records, delivers or fails every buffered one, and stops
+    /// the background task. Every outstanding `DeliveryFuture` resolves.
+    pub async fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::Release);
+        let (done, done_rx) = oneshot::channel();
+        if self.commands.send(Command::Close(done)).await.is_err() {
+            return Ok(());
+        }
+        let _ = done_rx.await;
+        Ok(())
+    }
+}
+
+/// The result of one produce request, with the batches it carried.
+struct RequestOutcome {
+    batches: Vec<SealedBatch<Ticket>>,
+    result: Result<Vec<ProduceOutcome>>,
+}
+
+/// The background task's state.
+struct Sender {
+    cluster: Cluster,
+    accumulator: Accumulator<Ticket>,
+    partitioner: Partitioner,
+    config: ProducerConfig,
+    in_flight: JoinSet<RequestOutcome>,
+}
+
+impl Sender {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let mut flush_waiters: Vec<oneshot::Sender<()>> = Vec::new();
+        let mut closing = false;
+        loop {
+            let force = closing || !flush_waiters.is_empty();
+            self.dispatch(force);
+            if self.accumulator.is_empty() {
+                for waiter in flush_waiters.drain(..) {
+                    let _ = waiter.send(());
+                }
+                if closing {
+                    break;
+                }
+            }
+            let wakeup = self.accumulator.next_wakeup();
+            tokio::select! {
+                command = commands.recv(), if !closing => match command {
+                    Some(Command::Append { record, partition, partition_count, ticket }) => {
+                        self.append(record, partition, partition_count, ticket);
+                    }
+                    Some(Command::Flush(done)) => flush_waiters.push(done),
+                    Some(Command::Close(done)) => {
+                        flush_waiters.push(done);
+                        closing = true;
+                    }
+                    None => closing = true,
+                },
+                Some(joined) = self.in_flight.join_next(), if !self.in_flight.is_empty() => {
+                    let outcome = joined.expect("produce request tasks do not panic");
+                    self.handle_outcome(outcome);
+                }
+                () = sleep_until(wakeup), if wakeup.is_some() => {}
+            }
+        }
+        // Commands that raced with close: their futures resolve to ProducerClosed.
+        commands.close();
+    }
+
+    fn append(
+        &mut self,
+        record: ProducerRecord,
+        partition: Option<i32>,
+        partition_count: usize,
+        ticket: Ticket,
+    ) {
+        let partition = partition.unwrap_or_else(|| {
+            self.partitioner
+                .partition(&record.topic, None, partition_count)
+        });
+        let headers: Vec<RecordHeader<'_>> = record
+            .headers
+            .iter()
+            .map(|h| RecordHeader {
+                key: h.key.as_bytes(),
+                value: h.value.as_deref(),
+            })
+            .collect();
+        let wire_record = Record {
+            timestamp_ms: record.timestamp_ms.unwrap_or_else(now_ms),
+            key: record.key.as_deref(),
+            value: record.value.as_deref(),
+            headers: &headers,
+        };
+        let topic_partition = TopicPartition::new(record.topic.clone(), partition);
+        self.accumulator
+            .append(&topic_partition, &wire_record, ticket, Instant::now());
+        self.rotate_sticky();
+    }
+
+    fn rotate_sticky(&mut self) {
+        for sealed in self.accumulator.take_seal_events() {
+            self.partitioner
+                .batch_sealed(&sealed.topic, sealed.partition);
+        }
+    }
+
+    /// Groups ready batches by leader endpoint and starts one request per endpoint.
+    fn dispatch(&mut self, force: bool) {
+        let ready = self.accumulator.drain_ready(Instant::now(), force);
+        self.rotate_sticky();
+        if ready.is_empty() {
+            return;
+        }
+        let metadata = self.cluster.metadata();
+        let mut by_address: Vec<(Result<String>, Vec<SealedBatch<Ticket>>)> = Vec::new();
+        for mut batch in ready {
+            if let Err(error) = &batch.bytes {
+                let error = ClientError::Batch(error.clone());
+                self.finish_batch(batch, Err(error));
+                continue;
+            }
+            batch.attempts += 1;
+            let tp = &batch.topic_partition;
+            let address = metadata.leader_address(&tp.topic, tp.partition);
+            let same = by_address.iter_mut().find(|(a, _)| match (a, &address) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            });
+            match same {
+                Some((_, batches)) => batches.push(batch),
+                None => by_address.push((address, vec![batch])),
+            }
+        }
+        for (address, mut batches) in by_address {
+            batches.sort_by(|a, b| a.topic_partition.cmp(&b.topic_partition));
+            let cluster = self.cluster.clone();
+            let acks = self.config.acks;
+            let timeout_ms = self.config.produce_timeout_ms as i32;
+            self.in_flight.spawn(async move {
+                let result = produce(&cluster, address, &batches, acks, timeout_ms).await;
+                let stale = match &result {
+                    Err(error) => error.needs_metadata_refresh(),
+                    Ok(outcomes) => outcomes
+                        .iter()
+                        .any(|o| ClientError::broker(o.error, None).needs_metadata_refresh()),
+                };
+                if stale {
+                    // The retry must see the new leader; a failed refresh
+                    // surfaces as the retry's own error.
+                    let _ = cluster.refresh_metadata().await;
+                }
+                RequestOutcome { batches, result }
+            });
+        }
+    }
+
+    fn handle_outcome(&mut self, outcome: RequestOutcome) {
+        let acks_none = self.config.acks == Acks::None;
+        for batch in outcome.batches {
+            let tp = &batch.topic_partition;
+            let result = match &outcome.result {
+                Err(error) => Err(error.clone()),
+                Ok(_) if acks_none => Ok(-1),
+                Ok(outcomes) => match outcomes
+                    .iter()
+                    .find(|o| o.topic == tp.topic && o.partition == tp.partition)
+                {
+                    None => Err(ClientError::MalformedResponse(format!(
+                        "no produce result for {}-{}",
+                        tp.topic, tp.partition
+                    ))),
+                    Some(o) if o.error.is_ok() => Ok(o.base_offset),
+                    Some(o) => Err(ClientError::broker(o.error, o.error_message.clone())),
+                },
+            };
+            match result {
+                Err(error) if error.is_retriable() && batch.attempts <= self.config.retries_max => {
+                    let retry_at = Instant::now() + self.config.retry_backoff(batch.attempts);
+                    self.accumulator.retry(batch, retry_at);
+                }
+                result => self.finish_batch(batch, result),
+            }
+        }
+    }
+
+    /// Resolves every record future of a batch and frees its partition for
+    /// the next batch.
+    fn finish_batch(&mut self, batch: SealedBatch<Ticket>, result: Result<i64>) {
+        let partition = batch.topic_partition.partition;
+        let record_count = batch.tickets.len();
+        for (index, ticket) in batch.tickets.into_iter().enumerate() {
+            let delivery = result.clone().map(|base_offset| {
+                let offset = if base_offset >= 0 {
+                    base_offset + index as i64
+                } else {
+                    -1
+                };
+                (partition, offset)
+            });
+            let _ = ticket.reply.send(delivery);
+        }
+        self.accumulator
+            .complete(&batch.topic_partition, record_count);
+    }
+}
+
+/// Sends one produce request with `batches` and returns the per-partition outcomes.
+async fn produce(
+    cluster: &Cluster,
+    address: Result<String>,
+    batches: &[SealedBatch<Ticket>],
+    acks: Acks,
+    timeout_ms: i32,
+) -> Result<Vec<ProduceOutcome>> {
+    let address = address?;
+    let connection = cluster.connection(&address).await?;
+    let entries: Vec<ProduceEntry<'_>> = batches
+        .iter()
+        .map(|b| ProduceEntry {
+            topic: &b.topic_partition.topic,
+            partition: b.topic_partition.partition,
+            batch: b.bytes.as_deref().expect("only built batches are sent"),
+        })
+        .collect();
+    let body = messages::produce_request(acks.wire_value(), timeout_ms, &entries);
+    let payload: Vec<&[u8]> = entries.iter().map(|e| e.batch).collect();
+    if acks == Acks::None {
+        connection
+            .send_without_response(ApiKey::Produce, &body, &payload)
+            .await?;
+        return Ok(Vec::new());
+    }
+    let response = connection.request(ApiKey::Produce, &body, &payload).await?;
+    messages::produce_response(response.body())
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,128 @@
+//! Starts the real `ringlog-broker` binary on 127.0.0.1 for end-to-end tests
+//! of the client and the CLI. The broker binary lives in another package, so it
+//! is built here (a no-op when fresh) and found next to this test executable.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn broker_binary() -> &'static PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "broker", "--bin", "ringlog-broker"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building ringlog-broker failed");
+        // target/debug/deps/e2e-xxxx -> target/debug/ringlog-broker
+        let exe = std::env::current_exe().unwrap();
+        exe.parent()
+            .and_then(Path::parent)
+            .unwrap()
+            .join("ringlog-broker")
+    })
+}
+
+/// A free port P with P+1..=P+shards and P+64 free too.
+pub fn free_port_block(shards: u16) -> u16 {
+    for _ in 0..200 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if port > 60_000 {
+            continue;
+        }
+        if (0..=shards)
+            .map(|i| port + i)
+            .chain([port + 64])
+            .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        {
+            return port;
+        }
+    }
+    panic!("no free port block");
+}
+
+#[derive(Debug)]
+pub struct RealBroker {
+    child: Option<Child>,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    log_path: PathBuf,
+}
+
+impl RealBroker {
+    pub fn start(data_dir: &Path, port: u16) -> RealBroker {
+        let log_path = data_dir.with_extension(format!("{port}.log"));
+        let child = Command::new(broker_binary())
+            .args([
+                "--node-id",
+                "1",
+                "--cores",
+                "2",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap();
+        let broker = RealBroker {
+            child: Some(child),
+            port,
+            data_dir: data_dir.to_path_buf(),
+            log_path,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !(0..=2).all(|i| TcpStream::connect(("127.0.0.1", port + i)).is_ok()) {
+            assert!(
+                Instant::now() < deadline,
+                "broker not ready:\n{}",
+                broker.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        broker
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let status = child.wait().unwrap();
+            assert!(status.success(), "clean exit:\n{}", self.log());
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RealBroker {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
