@@ -60,17 +60,14 @@ pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogR
         let trusted = clean
             || matches!((next_base, recovery_point), (Some(next), Some(point)) if next <= point);
         let loaded = if trusted {
-            load_trusted(
-                dir,
+            let on_disk = OnDisk {
                 base,
-                &file,
+                file: &file,
                 file_bytes,
                 next_base,
                 latest_epoch,
-                config,
-                now_ms,
-            )
-            .await?
+            };
+            load_trusted(dir, &on_disk, config, now_ms).await?
         } else {
             None
         };
@@ -188,16 +185,31 @@ async fn read_small_file(path: &Path) -> LogResult<Option<Vec<u8>>> {
 /// Loads a segment the recovery point vouches for from its index files, then
 /// checks the batches after the last index entry (which also proves that entry
 /// right). Returns `None` when anything disagrees, and the caller rescans.
+/// A segment file found at open, with what its neighbours tell about it.
+#[derive(Clone, Copy)]
+struct OnDisk<'a> {
+    base: Offset,
+    file: &'a DirectFile,
+    file_bytes: u64,
+    /// Base of the next segment, which is where this one must end.
+    next_base: Option<Offset>,
+    /// Last epoch of the previous segment; this one may not go below it.
+    latest_epoch: LeaderEpoch,
+}
+
 async fn load_trusted(
     dir: &Path,
-    base: Offset,
-    file: &DirectFile,
-    file_bytes: u64,
-    next_base: Option<Offset>,
-    latest_epoch: LeaderEpoch,
+    on_disk: &OnDisk<'_>,
     config: &LogConfig,
     now_ms: i64,
 ) -> LogResult<Option<Segment>> {
+    let OnDisk {
+        base,
+        file,
+        file_bytes,
+        next_base,
+        latest_epoch,
+    } = *on_disk;
     let span = next_base.map_or(u64::from(u32::MAX) + 1, |next| (next.0 - base.0) as u64);
     let (Some(index_bytes), Some(time_bytes)) = (
         read_small_file(&segment_path(dir, base, INDEX_SUFFIX)).await?,
