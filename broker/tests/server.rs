@@ -164,3 +164,41 @@ fn fetch_long_poll_wakes_on_append() {
     let stored = RecordBatch::parse(&records, 1 << 20).unwrap();
     assert_eq!(stored.header().base_offset.0, 0);
 }
+
+/// The admin port serves Prometheus metrics from every shard: request counts
+/// and latency histograms per API, log end offsets, connections.
+#[test]
+fn metrics_endpoint_reports_every_shard() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&dir.path().join("data"), 2);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("m", 2, &[]), ErrorCode::None);
+    for partition in 0..2 {
+        assert_eq!(
+            client.produce("m", partition, &batch(1, 5, 1, 10), 1).0,
+            ErrorCode::None
+        );
+    }
+    let mut http = std::net::TcpStream::connect(("127.0.0.1", broker.port + 64)).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    http.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.0 200 OK"), "{text}");
+    for shard in 0..2 {
+        assert!(
+            text.contains(&format!("ringlog_connections_open{{shard=\"{shard}\"}}")),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("ringlog_requests_total{shard=\"0\",api=\"produce\"}")
+            || text.contains("ringlog_requests_total{shard=\"1\",api=\"produce\"}")
+    );
+    assert!(text.contains("ringlog_request_latency_seconds_bucket"));
+    assert!(
+        text.contains("ringlog_log_end_offset{shard=\"0\",topic=\"m\",partition=\"1\"} 5")
+            || text.contains("ringlog_log_end_offset{shard=\"1\",topic=\"m\",partition=\"1\"} 5"),
+        "{text}"
+    );
+}
