@@ -50,6 +50,9 @@ pub struct BrokerConfig {
     pub batch_cache_bytes_max: usize,
     /// Messages queued between two shards before senders wait. Default 1024.
     pub mesh_queue_max: usize,
+    /// Microseconds a shard spins before parking when idle; trades CPU for
+    /// wake-up latency. Default 0 (park at once), at most 10 000.
+    pub idle_spin_us: u64,
     /// Log settings for topics that do not override them.
     pub log: LogConfig,
 }
@@ -87,6 +90,7 @@ pub struct FileConfig {
     pub frame_read_ms_max: Option<u64>,
     pub batch_cache_bytes_max: Option<usize>,
     pub mesh_queue_max: Option<usize>,
+    pub idle_spin_us: Option<u64>,
     pub log: Option<FileLogConfig>,
 }
 
@@ -135,6 +139,7 @@ impl FileConfig {
                 .batch_cache_bytes_max
                 .or(self.batch_cache_bytes_max),
             mesh_queue_max: overrides.mesh_queue_max.or(self.mesh_queue_max),
+            idle_spin_us: overrides.idle_spin_us.or(self.idle_spin_us),
             log: overrides.log.or(self.log),
         }
     }
@@ -222,6 +227,7 @@ impl BrokerConfig {
             frame_read_ms_max: file.frame_read_ms_max.unwrap_or(30_000),
             batch_cache_bytes_max: file.batch_cache_bytes_max.unwrap_or(64 << 20),
             mesh_queue_max: file.mesh_queue_max.unwrap_or(1024),
+            idle_spin_us: file.idle_spin_us.unwrap_or(0),
             log: log_config(file.log.unwrap_or_default())?,
         };
         config.validate()?;

@@ -58,7 +58,8 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     let cpus: Vec<usize> = (0..config.cores).collect();
     let mesh_queue_max = config.mesh_queue_max;
     tracing::info!(node_id = config.node_id, listen = %config.listen, shards = config.cores, data_dir = %dir, topics = view.topics.len(), "starting broker");
-    let results = shards::run_shards(&cpus, mesh_queue_max, stop, move |ctx| {
+    let idle_spin = Duration::from_micros(config.idle_spin_us);
+    let results = shards::run_shards(&cpus, mesh_queue_max, idle_spin, stop, move |ctx| {
         let (config, view) = (config.clone(), view.clone());
         async move { run_shard(ctx, config, view).await }
     })

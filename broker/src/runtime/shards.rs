@@ -71,6 +71,7 @@ impl<T: Send + 'static> MeshReceiver<T> {
 pub fn run_shards<T, F, Fut, R>(
     cpus: &[usize],
     mesh_queue_max: usize,
+    idle_spin: Duration,
     stop: Arc<AtomicBool>,
     root: F,
 ) -> io::Result<Vec<R>>
@@ -88,8 +89,9 @@ where
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{shard_id}"))
             .io_memory(IO_MEMORY_BYTES)
-            // A short spin before parking cuts cross-core message latency.
-            .spin_before_park(Duration::from_micros(200))
+            // Spinning before parking cuts wake-up latency but burns the core;
+            // off by default so a broker sharing cores with clients does not starve them.
+            .spin_before_park(idle_spin)
             .spawn(move || async move {
                 let (senders, receivers) = mesh.join().await.expect("mesh join");
                 root(ShardContext {
