@@ -1,1 +1,21 @@
-//! placeholder
+//! Ringlog's open-loop load generator, capacity planner and report writer.
+//! Everything here is network-free and testable on its own; the `run`
+//! driver (producers and consumers over the `client` crate) composes these
+//! pieces: `schedule` gives each message its intended send time, `payload`
+//! and `keys` make the records, `histograms` records latencies per worker
+//! and merges them per interval, `progress` prints the per-second line,
+//! `report` writes result.json, .hgrm files and report.html, and `verify`
+//! checks the acked/consumed history.
+
+pub mod histograms;
+pub mod keys;
+pub mod payload;
+pub mod plan;
+pub mod progress;
+pub mod report;
+pub mod report_html;
+pub mod run_config;
+pub mod schedule;
+pub mod units;
+pub mod value_id;
+pub mod verify;

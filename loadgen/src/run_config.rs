@@ -1,0 +1,566 @@
+//! The typed, validated configuration of `ringlog-loadgen run`: every flag
+//! resolved (explicit flag, then `--scenario` preset, then default) and
+//! checked once at start with a precise error per bad field. No I/O.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::keys::KeySpec;
+use crate::payload::{PayloadKind, MESSAGE_SIZE_BYTES_MAX};
+use crate::report::WorkloadParameters;
+use crate::value_id::PRODUCER_MAX;
+
+pub const PARTITIONS_MAX: u32 = 10_000;
+pub const REPLICATION_FACTOR_MAX: u32 = 7;
+pub const RATE_MSGS_PER_S_MAX: u64 = crate::schedule::RATE_MSGS_PER_S_MAX;
+pub const DURATION_MS_MAX: u64 = 24 * 3_600_000;
+pub const PRODUCERS_MAX: u32 = 1_024;
+pub const CONSUMERS_MAX: u32 = 1_024;
+pub const BATCH_BYTES_MAX: u64 = 16 * 1024 * 1024;
+pub const LINGER_MS_MAX: u64 = 10_000;
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+pub const BOOTSTRAP_ADDRESSES_MAX: usize = 64;
+
+/// Why a run flag was rejected; each names its flag.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum RunConfigError {
+    #[error("--{flag}: {reason}")]
+    Invalid { flag: &'static str, reason: String },
+}
+
+fn invalid(flag: &'static str, reason: impl Into<String>) -> RunConfigError {
+    RunConfigError::Invalid {
+        flag,
+        reason: reason.into(),
+    }
+}
+
+/// `--acks`: when the broker answers a produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Acks {
+    /// `0`: no response; a send counts as acked once written.
+    None,
+    /// `1`: after the leader appended.
+    Leader,
+    /// `all`: after every in-sync replica has it.
+    All,
+}
+
+impl FromStr for Acks {
+    type Err = String;
+
+    fn from_str(input: &str) -> Result<Acks, String> {
+        match input {
+            "0" => Ok(Acks::None),
+            "1" => Ok(Acks::Leader),
+            "all" | "-1" => Ok(Acks::All),
+            _ => Err(format!("{input:?}: expected 0, 1 or all")),
+        }
+    }
+}
+
+impl std::fmt::Display for Acks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Acks::None => "0",
+            Acks::Leader => "1",
+            Acks::All => "all",
+        })
+    }
+}
+
+/// `--compression`: what the protocol's record batches support.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Compression {
+    None,
+    Zstd,
+}
+
+impl FromStr for Compression {
+    type Err = String;
+
+    fn from_str(input: &str) -> Result<Compression, String> {
+        match input {
+            "none" => Ok(Compression::None),
+            "zstd" => Ok(Compression::Zstd),
+            _ => Err(format!("{input:?}: expected none or zstd")),
+        }
+    }
+}
+
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Compression::None => "none",
+            Compression::Zstd => "zstd",
+        })
+    }
+}
+
+/// `--scenario`: a named preset; explicit flags still override it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Scenario {
+    /// The seed's target: 1M msgs/s of 500 B for 30 s (after 5 s warmup),
+    /// on OMB's `1-topic-100-partitions-500b` shape: 100 partitions, RF 3,
+    /// 16 producers, 16 consumers, acks=all, 64 KiB batches or 10 ms linger.
+    #[serde(rename = "1m-500b")]
+    OneMillion500B,
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+
+    fn from_str(input: &str) -> Result<Scenario, String> {
+        match input {
+            "1m-500b" => Ok(Scenario::OneMillion500B),
+            _ => Err(format!("{input:?}: known scenarios: 1m-500b")),
+        }
+    }
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::OneMillion500B => "1m-500b",
+        }
+    }
+
+    fn preset(self) -> RunFlags {
+        match self {
+            Scenario::OneMillion500B => RunFlags {
+                partitions: Some(100),
+                replication_factor: Some(3),
+                message_size_bytes: Some(500),
+                rate_msgs_per_s: Some(1_000_000),
+                duration_ms: Some(30_000),
+                warmup_ms: Some(5_000),
+                producers: Some(16),
+                consumers: Some(16),
+                acks: Some(Acks::All),
+                batch_bytes: Some(64 * 1024),
+                linger_ms: Some(10),
+                ..RunFlags::default()
+            },
+        }
+    }
+}
+
+/// The flags as given: `None` means "not on the command line".
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFlags {
+    pub bootstrap: Option<String>,
+    pub topic: Option<String>,
+    pub partitions: Option<u32>,
+    pub replication_factor: Option<u32>,
+    pub message_size_bytes: Option<u64>,
+    pub rate_msgs_per_s: Option<u64>,
+    pub duration_ms: Option<u64>,
+    pub warmup_ms: Option<u64>,
+    pub producers: Option<u32>,
+    pub consumers: Option<u32>,
+    pub acks: Option<Acks>,
+    pub batch_bytes: Option<u64>,
+    pub linger_ms: Option<u64>,
+    pub compression: Option<Compression>,
+    pub keys: Option<KeySpec>,
+    pub payload: Option<PayloadKind>,
+    pub report_dir: Option<PathBuf>,
+    pub seed: Option<u64>,
+    pub scenario: Option<Scenario>,
+    pub verify: bool,
+}
+
+impl RunFlags {
+    /// Fills every unset field from `fallback`.
+    fn or(self, fallback: RunFlags) -> RunFlags {
+        RunFlags {
+            bootstrap: self.bootstrap.or(fallback.bootstrap),
+            topic: self.topic.or(fallback.topic),
+            partitions: self.partitions.or(fallback.partitions),
+            replication_factor: self.replication_factor.or(fallback.replication_factor),
+            message_size_bytes: self.message_size_bytes.or(fallback.message_size_bytes),
+            rate_msgs_per_s: self.rate_msgs_per_s.or(fallback.rate_msgs_per_s),
+            duration_ms: self.duration_ms.or(fallback.duration_ms),
+            warmup_ms: self.warmup_ms.or(fallback.warmup_ms),
+            producers: self.producers.or(fallback.producers),
+            consumers: self.consumers.or(fallback.consumers),
+            acks: self.acks.or(fallback.acks),
+            batch_bytes: self.batch_bytes.or(fallback.batch_bytes),
+            linger_ms: self.linger_ms.or(fallback.linger_ms),
+            compression: self.compression.or(fallback.compression),
+            keys: self.keys.or(fallback.keys),
+            payload: self.payload.or(fallback.payload),
+            report_dir: self.report_dir.or(fallback.report_dir),
+            seed: self.seed.or(fallback.seed),
+            scenario: self.scenario.or(fallback.scenario),
+            verify: self.verify || fallback.verify,
+        }
+    }
+}
+
+/// Defaults when neither a flag nor a scenario sets a field.
+fn defaults() -> RunFlags {
+    RunFlags {
+        bootstrap: Some("127.0.0.1:9092".to_string()),
+        topic: Some("loadgen".to_string()),
+        partitions: Some(16),
+        replication_factor: Some(3),
+        message_size_bytes: Some(500),
+        rate_msgs_per_s: Some(10_000),
+        duration_ms: Some(60_000),
+        warmup_ms: Some(5_000),
+        producers: Some(1),
+        consumers: Some(1),
+        acks: Some(Acks::All),
+        batch_bytes: Some(64 * 1024),
+        linger_ms: Some(5),
+        compression: Some(Compression::None),
+        keys: Some(KeySpec::None),
+        payload: Some(PayloadKind::Random),
+        report_dir: Some(PathBuf::from("loadgen-report")),
+        seed: None,
+        scenario: None,
+        verify: false,
+    }
+}
+
+/// The validated run configuration. Field docs give unit and bound.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunConfig {
+    /// Broker addresses, `host:port`, 1..=BOOTSTRAP_ADDRESSES_MAX.
+    pub bootstrap: Vec<String>,
+    /// 1..=249 bytes of `[A-Za-z0-9._-]`.
+    pub topic: String,
+    /// 1..=PARTITIONS_MAX.
+    pub partitions: u32,
+    /// 1..=REPLICATION_FACTOR_MAX.
+    pub replication_factor: u32,
+    /// Payload minimum (16 random, 41 json)..=8 MiB.
+    pub message_size_bytes: u64,
+    /// Total offered rate; 0 means as fast as possible (no schedule).
+    pub rate_msgs_per_s: u64,
+    /// Measured phase, 1 ms..=24 h.
+    pub duration_ms: u64,
+    /// Unmeasured phase before it, 0..=24 h.
+    pub warmup_ms: u64,
+    /// 1..=PRODUCERS_MAX.
+    pub producers: u32,
+    /// 0..=CONSUMERS_MAX, all in one consumer group (0: produce only).
+    pub consumers: u32,
+    pub acks: Acks,
+    /// Batch bound, message size..=16 MiB.
+    pub batch_bytes: u64,
+    /// 0..=LINGER_MS_MAX.
+    pub linger_ms: u64,
+    pub compression: Compression,
+    #[serde(serialize_with = "serialize_display")]
+    pub keys: KeySpec,
+    #[serde(serialize_with = "serialize_display")]
+    pub payload: PayloadKind,
+    pub report_dir: PathBuf,
+    /// Seeds keys and payloads; from the clock when not given (and reported).
+    pub seed: u64,
+    pub scenario: Option<Scenario>,
+    /// Record acked and consumed (partition, offset, value id) and check them.
+    pub verify: bool,
+}
+
+fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
+    value: &T,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
+
+impl RunConfig {
+    /// Resolves flags over the scenario preset over defaults, then validates.
+    /// `seed_fallback` is used when no seed was given (the caller passes the clock).
+    pub fn resolve(flags: RunFlags, seed_fallback: u64) -> Result<RunConfig, RunConfigError> {
+        let preset = flags.scenario.map(Scenario::preset).unwrap_or_default();
+        let f = flags.or(preset).or(defaults());
+        let config = RunConfig {
+            bootstrap: parse_bootstrap(f.bootstrap.as_deref().expect("defaulted"))?,
+            topic: f.topic.expect("defaulted"),
+            partitions: f.partitions.expect("defaulted"),
+            replication_factor: f.replication_factor.expect("defaulted"),
+            message_size_bytes: f.message_size_bytes.expect("defaulted"),
+            rate_msgs_per_s: f.rate_msgs_per_s.expect("defaulted"),
+            duration_ms: f.duration_ms.expect("defaulted"),
+            warmup_ms: f.warmup_ms.expect("defaulted"),
+            producers: f.producers.expect("defaulted"),
+            consumers: f.consumers.expect("defaulted"),
+            acks: f.acks.expect("defaulted"),
+            batch_bytes: f.batch_bytes.expect("defaulted"),
+            linger_ms: f.linger_ms.expect("defaulted"),
+            compression: f.compression.expect("defaulted"),
+            keys: f.keys.expect("defaulted"),
+            payload: f.payload.expect("defaulted"),
+            report_dir: f.report_dir.expect("defaulted"),
+            seed: f.seed.unwrap_or(seed_fallback),
+            scenario: f.scenario,
+            verify: f.verify,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), RunConfigError> {
+        validate_topic(&self.topic)?;
+        check(
+            "partitions",
+            u64::from(self.partitions),
+            1,
+            u64::from(PARTITIONS_MAX),
+        )?;
+        check(
+            "replication-factor",
+            u64::from(self.replication_factor),
+            1,
+            u64::from(REPLICATION_FACTOR_MAX),
+        )?;
+        check(
+            "message-size",
+            self.message_size_bytes,
+            self.payload.min_size_bytes(),
+            MESSAGE_SIZE_BYTES_MAX,
+        )?;
+        check("rate", self.rate_msgs_per_s, 0, RATE_MSGS_PER_S_MAX)?;
+        check("duration", self.duration_ms, 1, DURATION_MS_MAX)?;
+        check("warmup", self.warmup_ms, 0, DURATION_MS_MAX)?;
+        check(
+            "producers",
+            u64::from(self.producers),
+            1,
+            u64::from(PRODUCERS_MAX.min(PRODUCER_MAX)),
+        )?;
+        check(
+            "consumers",
+            u64::from(self.consumers),
+            0,
+            u64::from(CONSUMERS_MAX),
+        )?;
+        check(
+            "batch-bytes",
+            self.batch_bytes,
+            self.message_size_bytes,
+            BATCH_BYTES_MAX,
+        )?;
+        check("linger-ms", self.linger_ms, 0, LINGER_MS_MAX)?;
+        if self.verify && self.consumers == 0 {
+            return Err(invalid(
+                "verify",
+                "needs at least one consumer (--consumers)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Consumer groups reading the topic (backlog = published × groups − consumed).
+    pub fn consumer_groups(&self) -> u32 {
+        u32::from(self.consumers > 0)
+    }
+
+    /// The report's echo of this configuration.
+    pub fn workload_parameters(&self) -> WorkloadParameters {
+        WorkloadParameters {
+            workload: self.scenario.map_or("custom", Scenario::name).to_string(),
+            driver: "ringlog".to_string(),
+            topic: self.topic.clone(),
+            topics: 1,
+            partitions: self.partitions,
+            replication_factor: self.replication_factor,
+            message_size: self.message_size_bytes,
+            target_rate_msgs_per_s: self.rate_msgs_per_s,
+            producers_per_topic: self.producers,
+            consumers_per_topic: self.consumers,
+            duration_s: self.duration_ms as f64 / 1e3,
+            warmup_s: self.warmup_ms as f64 / 1e3,
+            acks: self.acks.to_string(),
+            batch_bytes: self.batch_bytes,
+            linger_ms: self.linger_ms,
+            compression: self.compression.to_string(),
+            keys: self.keys.to_string(),
+            payload: self.payload.to_string(),
+            seed: self.seed,
+        }
+    }
+}
+
+fn check(flag: &'static str, value: u64, min: u64, max: u64) -> Result<(), RunConfigError> {
+    if value < min || value > max {
+        return Err(invalid(flag, format!("{value} is outside {min}..={max}")));
+    }
+    Ok(())
+}
+
+fn validate_topic(topic: &str) -> Result<(), RunConfigError> {
+    if topic.is_empty() || topic.len() > TOPIC_NAME_BYTES_MAX {
+        return Err(invalid(
+            "topic",
+            format!("length must be 1..={TOPIC_NAME_BYTES_MAX}"),
+        ));
+    }
+    if let Some(bad) = topic
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(invalid(
+            "topic",
+            format!("{bad:?} is not one of [A-Za-z0-9._-]"),
+        ));
+    }
+    Ok(())
+}
+
+fn parse_bootstrap(text: &str) -> Result<Vec<String>, RunConfigError> {
+    let addresses: Vec<String> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect();
+    if addresses.is_empty() || addresses.len() > BOOTSTRAP_ADDRESSES_MAX {
+        return Err(invalid(
+            "bootstrap",
+            format!("expected 1..={BOOTSTRAP_ADDRESSES_MAX} HOST:PORT addresses"),
+        ));
+    }
+    for address in &addresses {
+        let valid = address.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !valid {
+            return Err(invalid(
+                "bootstrap",
+                format!("{address:?} is not HOST:PORT"),
+            ));
+        }
+    }
+    Ok(addresses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // With no flags, defaults apply and validate.
+    #[test]
+    fn defaults_validate() {
+        let config = RunConfig::resolve(RunFlags::default(), 99).unwrap();
+        assert_eq!(config.seed, 99);
+        assert_eq!(config.bootstrap, vec!["127.0.0.1:9092".to_string()]);
+        assert_eq!(config.consumer_groups(), 1);
+        assert_eq!(config.workload_parameters().workload, "custom");
+    }
+
+    // The 1m-500b preset sets the seed's workload; explicit flags win over it.
+    #[test]
+    fn scenario_preset_and_override() {
+        let flags = RunFlags {
+            scenario: Some(Scenario::OneMillion500B),
+            producers: Some(4),
+            ..RunFlags::default()
+        };
+        let config = RunConfig::resolve(flags, 1).unwrap();
+        assert_eq!(config.rate_msgs_per_s, 1_000_000);
+        assert_eq!(config.message_size_bytes, 500);
+        assert_eq!(config.duration_ms, 30_000);
+        assert_eq!(config.partitions, 100);
+        assert_eq!(config.producers, 4);
+        assert_eq!(config.workload_parameters().workload, "1m-500b");
+        assert_eq!(
+            serde_json::to_value(&config).unwrap()["scenario"],
+            "1m-500b"
+        );
+    }
+
+    // Each bad field is reported with its flag name.
+    #[test]
+    fn rejects_bad_fields_by_flag() {
+        let cases: Vec<(RunFlags, &str)> = vec![
+            (
+                RunFlags {
+                    partitions: Some(0),
+                    ..RunFlags::default()
+                },
+                "--partitions",
+            ),
+            (
+                RunFlags {
+                    topic: Some("a b".into()),
+                    ..RunFlags::default()
+                },
+                "--topic",
+            ),
+            (
+                RunFlags {
+                    bootstrap: Some("localhost".into()),
+                    ..RunFlags::default()
+                },
+                "--bootstrap",
+            ),
+            (
+                RunFlags {
+                    message_size_bytes: Some(20),
+                    payload: Some(PayloadKind::Json),
+                    ..RunFlags::default()
+                },
+                "--message-size",
+            ),
+            (
+                RunFlags {
+                    batch_bytes: Some(100),
+                    ..RunFlags::default()
+                },
+                "--batch-bytes",
+            ),
+            (
+                RunFlags {
+                    duration_ms: Some(0),
+                    ..RunFlags::default()
+                },
+                "--duration",
+            ),
+            (
+                RunFlags {
+                    producers: Some(5_000),
+                    ..RunFlags::default()
+                },
+                "--producers",
+            ),
+            (
+                RunFlags {
+                    consumers: Some(0),
+                    verify: true,
+                    ..RunFlags::default()
+                },
+                "--verify",
+            ),
+            (
+                RunFlags {
+                    replication_factor: Some(9),
+                    ..RunFlags::default()
+                },
+                "--replication-factor",
+            ),
+        ];
+        for (flags, flag) in cases {
+            let error = RunConfig::resolve(flags, 0).unwrap_err().to_string();
+            assert!(error.starts_with(flag), "{error} should name {flag}");
+        }
+    }
+
+    // Enumerated flags parse their documented spellings only.
+    #[test]
+    fn parses_enumerations() {
+        assert_eq!("all".parse::<Acks>().unwrap(), Acks::All);
+        assert_eq!("0".parse::<Acks>().unwrap(), Acks::None);
+        assert!("2".parse::<Acks>().is_err());
+        assert_eq!("zstd".parse::<Compression>().unwrap(), Compression::Zstd);
+        assert!("gzip".parse::<Compression>().is_err());
+        assert!("2m-1kb".parse::<Scenario>().is_err());
+    }
+}
