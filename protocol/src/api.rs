@@ -52,3 +52,73 @@ impl ApiKey {
         }
     }
 }
+
+/// Keys of the controller's APIs (schema/controller.fbs), served only by
+/// `ringlog-controller`. A separate enum so that a broker's `ApiKey` matches and
+/// its ApiVersions answer stay exactly the broker's APIs; both enums share one
+/// number space, so a key number is never used by both. A controller also
+/// serves `ApiKey::CreateTopics` and `ApiKey::DeleteTopics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ControllerApiKey {
+    /// A broker process registers and gets its broker epoch.
+    RegisterBroker = 9,
+    BrokerHeartbeat = 10,
+    /// Long poll for metadata deltas since a version, or the whole image.
+    FetchMetadata = 11,
+    DescribeCluster = 12,
+    /// Controller-to-controller Raft RPCs. Their bodies are JSON-encoded
+    /// openraft messages, not flatbuffers: internal traffic between
+    /// controllers of the same build.
+    RaftAppendEntries = 13,
+    RaftVote = 14,
+    RaftInstallSnapshot = 15,
+}
+
+impl ControllerApiKey {
+    pub const ALL: [ControllerApiKey; 7] = [
+        ControllerApiKey::RegisterBroker,
+        ControllerApiKey::BrokerHeartbeat,
+        ControllerApiKey::FetchMetadata,
+        ControllerApiKey::DescribeCluster,
+        ControllerApiKey::RaftAppendEntries,
+        ControllerApiKey::RaftVote,
+        ControllerApiKey::RaftInstallSnapshot,
+    ];
+
+    pub fn from_u16(key: u16) -> Option<ControllerApiKey> {
+        ControllerApiKey::ALL.into_iter().find(|k| *k as u16 == key)
+    }
+
+    /// Inclusive range of versions this build accepts.
+    pub fn versions(self) -> (u16, u16) {
+        (0, 0)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ControllerApiKey::RegisterBroker => "register_broker",
+            ControllerApiKey::BrokerHeartbeat => "broker_heartbeat",
+            ControllerApiKey::FetchMetadata => "fetch_metadata",
+            ControllerApiKey::DescribeCluster => "describe_cluster",
+            ControllerApiKey::RaftAppendEntries => "raft_append_entries",
+            ControllerApiKey::RaftVote => "raft_vote",
+            ControllerApiKey::RaftInstallSnapshot => "raft_install_snapshot",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broker_and_controller_keys_never_share_a_number() {
+        for key in ControllerApiKey::ALL {
+            assert_eq!(ApiKey::from_u16(key as u16), None, "{}", key.name());
+            assert_eq!(ControllerApiKey::from_u16(key as u16), Some(key));
+        }
+        assert_eq!(ControllerApiKey::RegisterBroker as u16, 9);
+        assert_eq!(ControllerApiKey::RaftInstallSnapshot as u16, 15);
+    }
+}

@@ -25,10 +25,13 @@ pub enum ErrorCode {
     UnsupportedCompression = 18,
     ShuttingDown = 19,
     PolicyViolation = 20,
+    /// The request reached a controller that is not the Raft leader; the
+    /// response names the leader's endpoint when known.
+    NotController = 21,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 21] = [
+    const ALL: [ErrorCode; 22] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -50,6 +53,7 @@ impl ErrorCode {
         ErrorCode::UnsupportedCompression,
         ErrorCode::ShuttingDown,
         ErrorCode::PolicyViolation,
+        ErrorCode::NotController,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -78,6 +82,7 @@ impl ErrorCode {
                 | ErrorCode::UnknownTopicOrPartition
                 | ErrorCode::ShuttingDown
                 | ErrorCode::StorageError
+                | ErrorCode::NotController
         )
     }
 
@@ -104,6 +109,7 @@ impl ErrorCode {
             ErrorCode::UnsupportedCompression => "UNSUPPORTED_COMPRESSION",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::PolicyViolation => "POLICY_VIOLATION",
+            ErrorCode::NotController => "NOT_CONTROLLER",
         }
     }
 }

@@ -1,0 +1,123 @@
+//! `ringlog-controller`: the composition root of one controller process. Builds,
+//! in order: config, logging, Raft node (stores, network), listener, API server,
+//! fencing timer, bootstrap; waits for SIGTERM or SIGINT; then stops the server
+//! and timer and shuts Raft down, in reverse.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use controller::config::{ControllerConfig, PartialConfig};
+use controller::service::ControllerService;
+use controller::{fencer, node, server};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+/// Runs one controller of Ringlog's metadata quorum.
+#[derive(Debug, Parser)]
+#[command(name = "ringlog-controller")]
+struct Flags {
+    /// TOML file with any of the settings below (flags override it).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// This controller's Raft node id.
+    #[arg(long)]
+    node_id: Option<u64>,
+    /// HOST:PORT to listen on (brokers, admin clients and peer controllers).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Initial voters including this node: ID=HOST:PORT,ID=HOST:PORT,...
+    #[arg(long)]
+    peers: Option<String>,
+    /// Directory of the Raft log, vote and snapshot.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Broker session timeout in ms (default 3000).
+    #[arg(long)]
+    session_timeout_ms: Option<u64>,
+    /// Raft heartbeat interval in ms (default 100).
+    #[arg(long)]
+    raft_heartbeat_interval_ms: Option<u64>,
+    /// Lower end of the Raft election timeout in ms (default 500; upper is 2x).
+    #[arg(long)]
+    election_timeout_ms: Option<u64>,
+}
+
+fn load_config(flags: Flags) -> anyhow::Result<ControllerConfig> {
+    let file = match &flags.config {
+        Some(path) => PartialConfig::from_file(path)?,
+        None => PartialConfig::default(),
+    };
+    let given = PartialConfig {
+        node_id: flags.node_id,
+        listen: flags.listen,
+        peers: flags.peers,
+        data_dir: flags.data_dir,
+        session_timeout_ms: flags.session_timeout_ms,
+        raft_heartbeat_interval_ms: flags.raft_heartbeat_interval_ms,
+        election_timeout_ms: flags.election_timeout_ms,
+    };
+    Ok(ControllerConfig::validate(file.overlay(given))?)
+}
+
+fn main() -> anyhow::Result<()> {
+    let config = load_config(Flags::parse())?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,openraft=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    // Metadata traffic is light: two workers are plenty and leave the cores to brokers.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("build tokio runtime")?;
+    runtime.block_on(run(config))
+}
+
+async fn run(config: ControllerConfig) -> anyhow::Result<()> {
+    tracing::info!(node_id = config.node_id, listen = %config.listen, peers = ?config.peers, "starting controller");
+    let node = node::start(&config).await.context("start raft node")?;
+    tracing::info!(recovery = ?node.recovery, "stores opened");
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("listen on {}", config.listen))?;
+    let service = ControllerService::new(
+        config.node_id,
+        node.raft.clone(),
+        node.state_machine.clone(),
+        config.session_timeout_ms,
+    );
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let server_task = tokio::spawn(server::serve(
+        listener,
+        service.clone(),
+        shutdown_rx.clone(),
+    ));
+    let fencer_task = tokio::spawn(fencer::run(service.clone(), shutdown_rx));
+    if node::bootstrap(&node, &config).await.context("bootstrap")? {
+        tracing::info!(voters = ?config.peers, "initialized a new quorum");
+    }
+
+    let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+
+    shutdown_tx.send_replace(true);
+    fencer_task.await.context("fencer task")?;
+    server_task.await.context("server task")?;
+    drop(service);
+    node.raft
+        .shutdown()
+        .await
+        .map_err(|e| anyhow::anyhow!("raft shutdown: {e}"))?;
+    tracing::info!("stopped");
+    Ok(())
+}
