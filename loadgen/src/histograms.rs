@@ -338,6 +338,11 @@ impl RunRecorder {
         }
     }
 
+    /// Counters over every interval so far, warmup included.
+    pub fn all_counters(&self) -> &Counters {
+        &self.all_counters
+    }
+
     /// Measured-phase histograms, merged over all workers and intervals.
     pub fn aggregate(&self) -> &LatencyHistograms {
         &self.measured.histograms

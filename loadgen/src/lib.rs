@@ -1,12 +1,13 @@
 //! Ringlog's open-loop load generator, capacity planner and report writer.
-//! Everything here is network-free and testable on its own; the `run`
-//! driver (producers and consumers over the `client` crate) composes these
+//! Everything but `driver` is network-free and testable on its own; the
+//! `driver` (producers and consumers over the `client` crate) composes these
 //! pieces: `schedule` gives each message its intended send time, `payload`
 //! and `keys` make the records, `histograms` records latencies per worker
 //! and merges them per interval, `progress` prints the per-second line,
 //! `report` writes result.json, .hgrm files and report.html, and `verify`
 //! checks the acked/consumed history.
 
+pub mod driver;
 pub mod histograms;
 pub mod keys;
 pub mod payload;

@@ -11,12 +11,16 @@ use clap::{Args, Parser, Subcommand};
 use loadgen::keys::KeySpec;
 use loadgen::payload::PayloadKind;
 use loadgen::plan::{Plan, PlanInput};
+use loadgen::report::{render_latency_table, write_report_dir};
 use loadgen::run_config::{Acks, Compression, RunConfig, RunFlags, Scenario};
 use loadgen::units::{parse_bandwidth_bytes_per_s, parse_duration_ms, parse_size_bytes};
 use loadgen::verify::{parse_history, verify};
 
-/// Exit code when `run` is asked for but the network driver is not built yet.
-const EXIT_RUN_NOT_WIRED: u8 = 3;
+/// Exit code when a run had failed or unaccounted sends.
+const EXIT_RUN_FAILED: u8 = 3;
+/// Threads of the run's tokio runtime: the reference machine has two cores,
+/// shared with the broker.
+const RUNTIME_THREADS: usize = 2;
 /// Exit code when `verify` finds anomalies.
 const EXIT_VERIFY_ANOMALIES: u8 = 1;
 /// Exit code for a flag that parsed but failed validation (clap uses 2 too).
@@ -232,11 +236,41 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "resolved run configuration:\n{}",
         serde_json::to_string_pretty(&config)?
     );
-    // The network driver (producers, consumers, admin over the `client`
-    // crate) is not wired yet. Exit non-zero rather than print numbers
-    // that were not measured.
-    eprintln!("run needs the client crate; not wired yet");
-    Ok(ExitCode::from(EXIT_RUN_NOT_WIRED))
+    let report_dir = config.report_dir.clone();
+    let workload = config.workload_parameters();
+    let outcome = loadgen::driver::run_blocking(config, RUNTIME_THREADS)?;
+    println!("\n{}", render_latency_table(outcome.recorder.aggregate()));
+    let counters = outcome.recorder.all_counters();
+    println!(
+        "published {} acked {} errors {} consumed {}",
+        counters.published_messages,
+        counters.acked_messages,
+        counters.errors,
+        counters.consumed_messages
+    );
+    let files = write_report_dir(&report_dir, &workload, &outcome.recorder)?;
+    for file in &files {
+        println!("wrote {}", file.display());
+    }
+    println!("report directory: {}", report_dir.display());
+    let unaccounted = counters
+        .published_messages
+        .saturating_sub(counters.acked_messages + counters.errors);
+    if unaccounted > 0 {
+        eprintln!("{unaccounted} sends were neither acknowledged nor failed");
+        return Ok(ExitCode::from(EXIT_RUN_FAILED));
+    }
+    if let Some(report) = outcome.verify {
+        print!("{}", report.render_text());
+        if !report.is_clean() {
+            return Ok(ExitCode::from(EXIT_VERIFY_ANOMALIES));
+        }
+    }
+    Ok(if counters.errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_RUN_FAILED)
+    })
 }
 
 fn verify_command(args: VerifyArgs) -> anyhow::Result<ExitCode> {

@@ -130,16 +130,21 @@ impl Scenario {
 
     fn preset(self) -> RunFlags {
         match self {
+            // The headline run on one broker: replication is not built yet, so
+            // replication factor 1 and acks=1 (the leader's append). 16
+            // partitions spread over the shards; two producer workers and two
+            // consumers match the two cores the reference machine has.
             Scenario::OneMillion500B => RunFlags {
-                partitions: Some(100),
-                replication_factor: Some(3),
+                topic: Some("bench-1m-500b".to_string()),
+                partitions: Some(16),
+                replication_factor: Some(1),
                 message_size_bytes: Some(500),
                 rate_msgs_per_s: Some(1_000_000),
                 duration_ms: Some(30_000),
                 warmup_ms: Some(5_000),
-                producers: Some(16),
-                consumers: Some(16),
-                acks: Some(Acks::All),
+                producers: Some(2),
+                consumers: Some(2),
+                acks: Some(Acks::Leader),
                 batch_bytes: Some(64 * 1024),
                 linger_ms: Some(10),
                 ..RunFlags::default()
@@ -207,14 +212,14 @@ fn defaults() -> RunFlags {
         bootstrap: Some("127.0.0.1:9092".to_string()),
         topic: Some("loadgen".to_string()),
         partitions: Some(16),
-        replication_factor: Some(3),
+        replication_factor: Some(1),
         message_size_bytes: Some(500),
         rate_msgs_per_s: Some(10_000),
         duration_ms: Some(60_000),
         warmup_ms: Some(5_000),
         producers: Some(1),
         consumers: Some(1),
-        acks: Some(Acks::All),
+        acks: Some(Acks::Leader),
         batch_bytes: Some(64 * 1024),
         linger_ms: Some(5),
         compression: Some(Compression::None),
@@ -468,7 +473,7 @@ mod tests {
         assert_eq!(config.rate_msgs_per_s, 1_000_000);
         assert_eq!(config.message_size_bytes, 500);
         assert_eq!(config.duration_ms, 30_000);
-        assert_eq!(config.partitions, 100);
+        assert_eq!(config.partitions, 16);
         assert_eq!(config.producers, 4);
         assert_eq!(config.workload_parameters().workload, "1m-500b");
         assert_eq!(

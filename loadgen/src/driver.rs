@@ -1,0 +1,759 @@
+//! The network side of `ringlog-loadgen run`: open-loop producer workers and
+//! consumers over the `client` crate's connections, the once-per-second
+//! progress loop, the drain at the end, and the report.
+//!
+//! Producer workers batch per partition themselves (the same rules as the
+//! client's `Producer`: a batch is sent when it reaches `batch_bytes` or is
+//! `linger_ms` old, one request in flight per partition so order holds) and
+//! send produce requests straight to each partition's shard connection. This
+//! keeps per-record work to building the record, so one worker can offer the
+//! headline rate; every record's send time and ack time are still measured.
+//! Consumers fetch from each partition's shard, decode every record and read
+//! the send time from the payload header for end-to-end latency.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context as _};
+use client::messages::{self, FetchEntry, ProduceEntry};
+use client::{Admin, ClientConfig, Cluster, Connection};
+use protocol::{ApiKey, BatchBuilder, ErrorCode, Record, RecordBatch};
+use tokio::sync::mpsc;
+
+use crate::histograms::{IntervalSummary, Phase, RunRecorder, WorkerStats};
+use crate::keys::{derive_seed, KeyGenerator};
+use crate::payload::{decode_header, PayloadGenerator, PayloadHeader};
+use crate::progress::format_progress_line;
+use crate::run_config::{Acks, Compression, RunConfig};
+use crate::schedule::{Clock, MonotonicClock, WorkerSchedule};
+use crate::value_id::ValueId;
+use crate::verify::{verify, HistoryRecord, VerifyReport};
+
+/// Unsent bytes a producer worker holds before it stops generating; beyond
+/// this the schedule falls behind and publish delay shows it.
+pub const WORKER_BUFFER_BYTES_MAX: usize = 64 << 20;
+/// Records generated per loop turn when the rate is unlimited.
+const UNPACED_CHUNK_RECORDS: u64 = 1_000;
+/// How long the end of a run waits for acks and for consumers to catch up.
+pub const DRAIN_MS_MAX: u64 = 30_000;
+/// Bound on one fetch response.
+const FETCH_BYTES_MAX: i32 = 16 << 20;
+const FETCH_PARTITION_BYTES_MAX: i32 = 4 << 20;
+const FETCH_WAIT_MS: i32 = 100;
+/// Produce request timeout handed to the broker.
+const PRODUCE_TIMEOUT_MS: i32 = 30_000;
+
+fn wall_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// What a run produced, for the report and the exit code.
+#[derive(Debug)]
+pub struct RunOutcome {
+    pub recorder: RunRecorder,
+    pub verify: Option<VerifyReport>,
+}
+
+type History = Arc<Mutex<Vec<HistoryRecord>>>;
+
+/// Runs the whole workload on a tokio runtime with `threads` worker threads.
+pub fn run_blocking(config: RunConfig, threads: usize) -> anyhow::Result<RunOutcome> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(run(Arc::new(config)))
+}
+
+async fn ensure_topic(config: &RunConfig, cluster: &Cluster) -> anyhow::Result<()> {
+    let admin = Admin::from_cluster(cluster.clone());
+    let exists = admin
+        .list_topics()
+        .await?
+        .iter()
+        .any(|t| t.name == config.topic);
+    if !exists {
+        let rf = i16::try_from(config.replication_factor).context("replication factor")?;
+        match admin
+            .create_topic(&config.topic, config.partitions as i32, rf, &[])
+            .await
+        {
+            Ok(()) => {}
+            Err(client::ClientError::Broker {
+                code: ErrorCode::TopicAlreadyExists,
+                ..
+            }) => {}
+            Err(e) => return Err(e).context("creating the topic"),
+        }
+    }
+    let topic = cluster
+        .topic(&config.topic, 20)
+        .await
+        .context("topic metadata")?;
+    if topic.partition_count() != config.partitions as usize {
+        bail!(
+            "topic {} has {} partitions, the run asks for {}",
+            config.topic,
+            topic.partition_count(),
+            config.partitions
+        );
+    }
+    Ok(())
+}
+
+async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
+    let cluster = Cluster::connect(&config.bootstrap.join(","), ClientConfig::default())
+        .await
+        .context("connecting to the cluster")?;
+    ensure_topic(&config, &cluster).await?;
+    let clock = MonotonicClock::new();
+    let acked: Option<History> = config.verify.then(Default::default);
+    let consumed: Option<History> = config.verify.then(Default::default);
+    let stop_consumers = Arc::new(AtomicBool::new(false));
+    let consumer_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..config.consumers)
+        .map(|_| Arc::new(Mutex::new(WorkerStats::new())))
+        .collect();
+    let mut consumer_tasks = Vec::new();
+    // Consumers start at the current end, before any producer sends.
+    for (index, stats) in consumer_stats.iter().enumerate() {
+        let partitions: Vec<i32> = (0..config.partitions as i32)
+            .filter(|p| *p as usize % config.consumers as usize == index)
+            .collect();
+        let positions = start_positions(&cluster, &config.topic, &partitions).await?;
+        let mut by_leader: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
+        let metadata = cluster.metadata();
+        for (partition, position) in positions {
+            let address = metadata
+                .leader_address(&config.topic, partition)
+                .context("partition leader")?;
+            by_leader
+                .entry(address)
+                .or_default()
+                .push((partition, position));
+        }
+        for (address, partitions) in by_leader {
+            let connection = cluster.connection(&address).await?;
+            let task = ConsumerTask {
+                config: config.clone(),
+                connection,
+                partitions,
+                stats: stats.clone(),
+                stop: stop_consumers.clone(),
+                consumed: consumed.clone(),
+            };
+            consumer_tasks.push(tokio::spawn(task.run()));
+        }
+    }
+
+    let start_ns = clock.now_ns();
+    let warmup_end_ns = start_ns + config.warmup_ms * 1_000_000;
+    let end_ns = warmup_end_ns + config.duration_ms * 1_000_000;
+    let producer_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..config.producers)
+        .map(|_| Arc::new(Mutex::new(WorkerStats::new())))
+        .collect();
+    let mut producer_tasks = Vec::new();
+    for (index, stats) in producer_stats.iter().enumerate() {
+        let worker = ProducerWorker::new(
+            config.clone(),
+            cluster.clone(),
+            clock,
+            index as u32,
+            start_ns,
+            end_ns,
+            stats.clone(),
+            acked.clone(),
+        )?;
+        producer_tasks.push(tokio::spawn(worker.run()));
+    }
+
+    let mut recorder = RunRecorder::new(config.consumer_groups());
+    let all_stats: Vec<Arc<Mutex<WorkerStats>>> = producer_stats
+        .iter()
+        .chain(&consumer_stats)
+        .cloned()
+        .collect();
+    let mut last_ns = start_ns;
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    ticker.tick().await;
+    let mut producers_done = false;
+    let mut drain_deadline_ns = u64::MAX;
+    loop {
+        ticker.tick().await;
+        let now_ns = clock.now_ns();
+        let phase = if now_ns <= warmup_end_ns {
+            Phase::Warmup
+        } else {
+            Phase::Measure
+        };
+        let summary = take_interval(
+            &mut recorder,
+            &all_stats,
+            now_ns - start_ns,
+            now_ns - last_ns,
+            phase,
+        );
+        last_ns = now_ns;
+        println!("{}", format_progress_line(&summary, phase == Phase::Warmup));
+        if !producers_done && producer_tasks.iter().all(|t| t.is_finished()) {
+            producers_done = true;
+            drain_deadline_ns = now_ns + DRAIN_MS_MAX * 1_000_000;
+        }
+        if producers_done {
+            let counters = recorder_totals(&recorder);
+            let caught_up =
+                config.consumers == 0 || counters.consumed_messages >= counters.acked_messages;
+            if caught_up || now_ns >= drain_deadline_ns {
+                break;
+            }
+        }
+    }
+    for task in producer_tasks {
+        task.await.context("producer task")??;
+    }
+    stop_consumers.store(true, Ordering::Relaxed);
+    for task in consumer_tasks {
+        task.await.context("consumer task")??;
+    }
+    let now_ns = clock.now_ns();
+    if now_ns > last_ns {
+        take_interval(
+            &mut recorder,
+            &all_stats,
+            now_ns - start_ns,
+            now_ns - last_ns,
+            Phase::Measure,
+        );
+    }
+    let verify = match (acked, consumed) {
+        (Some(acked), Some(consumed)) => Some(verify(
+            &acked.lock().expect("history"),
+            &consumed.lock().expect("history"),
+        )),
+        _ => None,
+    };
+    Ok(RunOutcome { recorder, verify })
+}
+
+/// Totals over the whole run so far (warmup included).
+fn recorder_totals(recorder: &RunRecorder) -> crate::histograms::Counters {
+    *recorder.all_counters()
+}
+
+fn take_interval(
+    recorder: &mut RunRecorder,
+    stats: &[Arc<Mutex<WorkerStats>>],
+    elapsed_ns: u64,
+    duration_ns: u64,
+    phase: Phase,
+) -> IntervalSummary {
+    let mut taken: Vec<WorkerStats> = stats
+        .iter()
+        .map(|s| std::mem::take(&mut *s.lock().expect("stats lock")))
+        .collect();
+    recorder.record_interval(elapsed_ns, duration_ns.max(1), &mut taken, phase)
+}
+
+async fn start_positions(
+    cluster: &Cluster,
+    topic: &str,
+    partitions: &[i32],
+) -> anyhow::Result<Vec<(i32, i64)>> {
+    let mut out = Vec::new();
+    for &partition in partitions {
+        let connection = cluster.leader_connection(topic, partition).await?;
+        let body =
+            messages::list_offsets_request(topic, &[(partition, messages::TIMESTAMP_LATEST)]);
+        let response = connection.request(ApiKey::ListOffsets, &body, &[]).await?;
+        let (_, code, offset) = messages::list_offsets_response(response.body(), topic)?
+            .into_iter()
+            .next()
+            .context("list offsets answer")?;
+        if code != ErrorCode::None {
+            bail!("list offsets for {topic}-{partition}: {code}");
+        }
+        out.push((partition, offset));
+    }
+    Ok(out)
+}
+
+/// A batch being filled or waiting to be sent, with each record's send time.
+struct PendingBatch {
+    builder: BatchBuilder,
+    opened_ns: u64,
+    sends: Vec<(u64, ValueId)>,
+    /// Bytes this batch added to the worker's buffer count.
+    buffered_bytes: usize,
+}
+
+struct SealedBatch {
+    bytes: Vec<u8>,
+    sends: Vec<(u64, ValueId)>,
+    buffered_bytes: usize,
+}
+
+#[derive(Default)]
+struct PartitionQueue {
+    open: Option<PendingBatch>,
+    sealed: VecDeque<SealedBatch>,
+    in_flight: bool,
+    connection: Option<Connection>,
+}
+
+struct ProducerWorker {
+    config: Arc<RunConfig>,
+    cluster: Cluster,
+    clock: MonotonicClock,
+    index: u32,
+    end_ns: u64,
+    schedule: WorkerSchedule,
+    payload: PayloadGenerator,
+    keys: KeyGenerator,
+    stats: Arc<Mutex<WorkerStats>>,
+    queues: Vec<PartitionQueue>,
+    buffered_bytes: usize,
+    sticky_partition: u32,
+    acked: Option<History>,
+    value: Vec<u8>,
+    key: Vec<u8>,
+}
+
+/// A produce response, reported back to its worker.
+struct Completion {
+    partition: usize,
+    bytes: usize,
+}
+
+impl ProducerWorker {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        config: Arc<RunConfig>,
+        cluster: Cluster,
+        clock: MonotonicClock,
+        index: u32,
+        start_ns: u64,
+        end_ns: u64,
+        stats: Arc<Mutex<WorkerStats>>,
+        acked: Option<History>,
+    ) -> anyhow::Result<ProducerWorker> {
+        let schedule =
+            WorkerSchedule::new(start_ns, config.rate_msgs_per_s, index, config.producers)?;
+        let payload = PayloadGenerator::new(
+            config.payload,
+            config.message_size_bytes,
+            derive_seed(config.seed, u64::from(index) * 2),
+        )?;
+        let keys = KeyGenerator::new(
+            config.keys,
+            derive_seed(config.seed, u64::from(index) * 2 + 1),
+        );
+        let partitions = config.partitions as usize;
+        Ok(ProducerWorker {
+            sticky_partition: index % config.partitions,
+            config,
+            cluster,
+            clock,
+            index,
+            end_ns,
+            schedule,
+            payload,
+            keys,
+            stats,
+            queues: (0..partitions).map(|_| PartitionQueue::default()).collect(),
+            buffered_bytes: 0,
+            acked,
+            value: Vec::new(),
+            key: Vec::new(),
+        })
+    }
+
+    async fn run(mut self) -> anyhow::Result<()> {
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Completion>();
+        let mut in_flight = 0usize;
+        loop {
+            let now_ns = self.clock.now_ns();
+            let sending = now_ns < self.end_ns;
+            if sending {
+                self.generate(now_ns);
+            }
+            self.seal_due(now_ns, !sending);
+            in_flight += self.send_ready(&done_tx).await?;
+            while let Ok(done) = done_rx.try_recv() {
+                self.complete(done);
+                in_flight -= 1;
+            }
+            if !sending
+                && in_flight == 0
+                && self
+                    .queues
+                    .iter()
+                    .all(|q| q.open.is_none() && q.sealed.is_empty())
+            {
+                break;
+            }
+            let wake_ns = self.next_wake_ns(now_ns, sending);
+            let sleep = Duration::from_nanos(wake_ns.saturating_sub(self.clock.now_ns()));
+            tokio::select! {
+                done = done_rx.recv() => {
+                    if let Some(done) = done {
+                        self.complete(done);
+                        in_flight -= 1;
+                    }
+                }
+                _ = tokio::time::sleep(sleep), if !sleep.is_zero() => {}
+                _ = tokio::task::yield_now(), if sleep.is_zero() => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, done: Completion) {
+        let queue = &mut self.queues[done.partition];
+        queue.in_flight = false;
+        self.buffered_bytes -= done.bytes;
+    }
+
+    /// Builds every record whose intended send time has come. Histograms are
+    /// large; they are recorded into in place under one short lock per call,
+    /// never copied per record or per batch.
+    fn generate(&mut self, now_ns: u64) {
+        let stats = self.stats.clone();
+        let mut stats = stats.lock().expect("stats lock");
+        let mut generated = 0u64;
+        while self.buffered_bytes < WORKER_BUFFER_BYTES_MAX {
+            let paced = self.schedule.is_paced();
+            if paced {
+                let due = self
+                    .schedule
+                    .intended_send_ns(self.schedule.messages_scheduled())
+                    .is_some_and(|t| t <= now_ns);
+                if !due {
+                    break;
+                }
+            } else if generated == UNPACED_CHUNK_RECORDS {
+                break;
+            }
+            let slot = self.schedule.next_slot();
+            generated += 1;
+            self.append_record(
+                &mut stats,
+                slot.message_index,
+                slot.publish_delay_ns(self.clock.now_ns()),
+            );
+        }
+    }
+
+    fn append_record(
+        &mut self,
+        stats: &mut WorkerStats,
+        message_index: u64,
+        publish_delay_ns: u64,
+    ) {
+        let value_id = ValueId::new(self.index, message_index);
+        let send_ns = self.clock.now_ns();
+        self.payload.write_payload(
+            PayloadHeader {
+                value_id,
+                send_time_us: wall_us(),
+            },
+            &mut self.value,
+        );
+        let key_index = self.keys.next_key_index();
+        let partition = match key_index {
+            Some(index) => {
+                self.key.clear();
+                KeyGenerator::write_key(index, &mut self.key);
+                client::partitioner::partition_for_key(&self.key, self.config.partitions as usize)
+                    as usize
+            }
+            None => self.sticky_partition as usize,
+        };
+        let compression = match self.config.compression {
+            Compression::None => protocol::Compression::None,
+            Compression::Zstd => protocol::Compression::Zstd,
+        };
+        let queue = &mut self.queues[partition];
+        let batch = queue.open.get_or_insert_with(|| PendingBatch {
+            builder: BatchBuilder::new(compression),
+            opened_ns: send_ns,
+            sends: Vec::new(),
+            buffered_bytes: 0,
+        });
+        let record = Record {
+            timestamp_ms: (wall_us() / 1000) as i64,
+            key: key_index.map(|_| self.key.as_slice()),
+            value: Some(&self.value),
+            headers: &[],
+        };
+        let size = batch.builder.record_size_bytes(&record);
+        batch.builder.push(&record);
+        batch.sends.push((send_ns, value_id));
+        batch.buffered_bytes += size;
+        self.buffered_bytes += size;
+        stats.record_send(self.value.len() as u64, publish_delay_ns);
+        if batch.builder.size_bytes_uncompressed() >= self.config.batch_bytes as usize {
+            self.seal(partition);
+            if key_index.is_none() {
+                // Unkeyed records stick to a partition per batch, then move on.
+                self.sticky_partition = (self.sticky_partition + 1) % self.config.partitions;
+            }
+        }
+    }
+
+    fn seal(&mut self, partition: usize) {
+        let queue = &mut self.queues[partition];
+        if let Some(batch) = queue.open.take() {
+            let bytes = batch.builder.build().expect("a batch with records builds");
+            queue.sealed.push_back(SealedBatch {
+                bytes,
+                sends: batch.sends,
+                buffered_bytes: batch.buffered_bytes,
+            });
+        }
+    }
+
+    /// Seals batches older than the linger (or all of them at the end).
+    fn seal_due(&mut self, now_ns: u64, all: bool) {
+        let linger_ns = self.config.linger_ms * 1_000_000;
+        for partition in 0..self.queues.len() {
+            let due = self.queues[partition]
+                .open
+                .as_ref()
+                .is_some_and(|b| all || now_ns.saturating_sub(b.opened_ns) >= linger_ns);
+            if due {
+                self.seal(partition);
+                if self.keys.spec() == crate::keys::KeySpec::None
+                    && partition == self.sticky_partition as usize
+                {
+                    self.sticky_partition = (self.sticky_partition + 1) % self.config.partitions;
+                }
+            }
+        }
+    }
+
+    /// Sends the oldest sealed batch of every partition with nothing in flight.
+    async fn send_ready(
+        &mut self,
+        done: &mpsc::UnboundedSender<Completion>,
+    ) -> anyhow::Result<usize> {
+        let mut sent = 0;
+        for partition in 0..self.queues.len() {
+            if self.queues[partition].in_flight || self.queues[partition].sealed.is_empty() {
+                continue;
+            }
+            if self.queues[partition]
+                .connection
+                .as_ref()
+                .is_none_or(Connection::is_closed)
+            {
+                let connection = self
+                    .cluster
+                    .leader_connection(&self.config.topic, partition as i32)
+                    .await?;
+                self.queues[partition].connection = Some(connection);
+            }
+            let queue = &mut self.queues[partition];
+            let batch = queue.sealed.pop_front().expect("checked non-empty");
+            let connection = queue.connection.clone().expect("connected above");
+            let entry = ProduceEntry {
+                topic: &self.config.topic,
+                partition: partition as i32,
+                batch: &batch.bytes,
+            };
+            let acks = match self.config.acks {
+                Acks::None => 0,
+                Acks::Leader => 1,
+                Acks::All => -1,
+            };
+            let body = messages::produce_request(acks, PRODUCE_TIMEOUT_MS, &[entry]);
+            if acks == 0 {
+                let result = connection
+                    .send_without_response(ApiKey::Produce, &body, &[&batch.bytes])
+                    .await;
+                let now = self.clock.now_ns();
+                let mut stats = self.stats.lock().expect("stats lock");
+                for (send_ns, _) in &batch.sends {
+                    match &result {
+                        Ok(()) => stats.record_ack(now - send_ns),
+                        Err(_) => stats.record_error(),
+                    }
+                }
+                drop(stats);
+                // Nothing is awaited: the batch's bytes are accounted as sent.
+                self.buffered_bytes -= batch.buffered_bytes;
+                continue;
+            }
+            let response = connection
+                .send(ApiKey::Produce, &body, &[&batch.bytes])
+                .await;
+            queue.in_flight = true;
+            sent += 1;
+            let (stats, clock, acked, done) = (
+                self.stats.clone(),
+                self.clock,
+                self.acked.clone(),
+                done.clone(),
+            );
+            let record_bytes = batch.buffered_bytes;
+            tokio::spawn(async move {
+                let outcome = match response {
+                    Ok(future) => future
+                        .await
+                        .and_then(|r| messages::produce_response(r.body())),
+                    Err(e) => Err(e),
+                };
+                let now = clock.now_ns();
+                let base_offset = match &outcome {
+                    Ok(results) => results
+                        .first()
+                        .filter(|r| r.error == ErrorCode::None)
+                        .map(|r| r.base_offset),
+                    Err(_) => None,
+                };
+                let mut local = stats.lock().expect("stats lock");
+                match base_offset {
+                    Some(base) => {
+                        for (send_ns, _) in &batch.sends {
+                            local.record_ack(now.saturating_sub(*send_ns));
+                        }
+                        if let Some(acked) = acked {
+                            let mut history = acked.lock().expect("history lock");
+                            for (i, (_, value_id)) in batch.sends.iter().enumerate() {
+                                history.push(HistoryRecord::new(
+                                    partition as u32,
+                                    (base + i as i64) as u64,
+                                    *value_id,
+                                ));
+                            }
+                        }
+                    }
+                    None => {
+                        for _ in &batch.sends {
+                            local.record_error();
+                        }
+                    }
+                }
+                drop(local);
+                let _ = done.send(Completion {
+                    partition,
+                    bytes: record_bytes,
+                });
+            });
+        }
+        Ok(sent)
+    }
+
+    fn next_wake_ns(&self, now_ns: u64, sending: bool) -> u64 {
+        let mut wake = now_ns + 1_000_000;
+        if sending {
+            if let Some(next) = self
+                .schedule
+                .intended_send_ns(self.schedule.messages_scheduled())
+            {
+                wake = wake.min(next);
+            } else {
+                return now_ns;
+            }
+        }
+        let linger_ns = self.config.linger_ms * 1_000_000;
+        for queue in &self.queues {
+            if let Some(batch) = &queue.open {
+                wake = wake.min(batch.opened_ns + linger_ns);
+            }
+        }
+        wake
+    }
+}
+
+struct ConsumerTask {
+    config: Arc<RunConfig>,
+    connection: Connection,
+    /// (partition, next offset)
+    partitions: Vec<(i32, i64)>,
+    stats: Arc<Mutex<WorkerStats>>,
+    stop: Arc<AtomicBool>,
+    consumed: Option<History>,
+}
+
+impl ConsumerTask {
+    async fn run(mut self) -> anyhow::Result<()> {
+        let decompressed_bytes_max = 64 << 20;
+        while !self.stop.load(Ordering::Relaxed) {
+            let entries: Vec<FetchEntry> = self
+                .partitions
+                .iter()
+                .map(|(p, offset)| FetchEntry {
+                    topic: self.config.topic.clone(),
+                    partition: *p,
+                    fetch_offset: *offset,
+                    max_bytes: FETCH_PARTITION_BYTES_MAX,
+                })
+                .collect();
+            let body = messages::fetch_request(FETCH_WAIT_MS, 1, FETCH_BYTES_MAX, &entries);
+            let response = match self.connection.request(ApiKey::Fetch, &body, &[]).await {
+                Ok(r) => r,
+                Err(_) if self.stop.load(Ordering::Relaxed) => return Ok(()),
+                Err(e) => return Err(e).context("fetch"),
+            };
+            let payload = response.payload();
+            let fetched = messages::fetch_response(response.body(), &payload)?;
+            let now_us = wall_us();
+            let stats = self.stats.clone();
+            let mut local = stats.lock().expect("stats lock");
+            let mut history = Vec::new();
+            for partition in fetched {
+                if partition.error != ErrorCode::None {
+                    bail!(
+                        "fetch {}-{}: {}",
+                        partition.topic,
+                        partition.partition,
+                        partition.error
+                    );
+                }
+                let Some(position) = self
+                    .partitions
+                    .iter_mut()
+                    .find(|(p, _)| *p == partition.partition)
+                else {
+                    continue;
+                };
+                let mut rest = &partition.records[..];
+                while !rest.is_empty() {
+                    let (batch, used) =
+                        RecordBatch::parse_prefix(rest, 64 << 20).context("fetched batch")?;
+                    rest = &rest[used..];
+                    let section = batch
+                        .records_section(decompressed_bytes_max)
+                        .context("records")?;
+                    for record in section.iter() {
+                        let record = record.context("record")?;
+                        if record.offset.0 < position.1 {
+                            continue;
+                        }
+                        let value = record.value.unwrap_or_default();
+                        let header =
+                            decode_header(self.config.payload, value).context("payload header")?;
+                        local.record_consume(value.len() as u64, now_us, header.send_time_us);
+                        if self.consumed.is_some() {
+                            history.push(HistoryRecord::new(
+                                partition.partition as u32,
+                                record.offset.0 as u64,
+                                header.value_id,
+                            ));
+                        }
+                        position.1 = record.offset.0 + 1;
+                    }
+                }
+            }
+            drop(local);
+            if let Some(consumed) = &self.consumed {
+                consumed.lock().expect("history lock").extend(history);
+            }
+        }
+        Ok(())
+    }
+}
