@@ -1,15 +1,50 @@
 #!/usr/bin/env bash
-# The main job: build the release binaries and produce the current performance
-# report. Today that is the storage engine's throughput report (appends and
-# reads through the partition log against the raw direct-write rate of this
-# machine's disk); it grows into "start a local cluster and run the load
-# generator" as the network broker and load generator land.
+# The main job: build the release binaries, start a local broker, run the
+# headline load-generator scenario (1M msgs/s of 500 B for 30 s, open loop)
+# against it, stop the broker cleanly, and leave the report directory path on
+# screen. Also records this machine's loopback TCP bandwidth (iperf3, when it
+# can be installed) as the ceiling the run is measured against.
+#
+# Environment: RINGLOG_PORT (default 9092), RINGLOG_WORK (default target/main-job),
+# LOADGEN_ARGS (extra flags for ringlog-loadgen run, e.g. "--duration 60s").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/setup.sh
 cargo build --release --workspace --locked
-RINGLOG_BENCH_SUMMARY_ONLY=1 cargo bench --locked -p benches --bench log
+
+port="${RINGLOG_PORT:-9092}"
+work="${RINGLOG_WORK:-target/main-job}"
+stamp="$(date +%Y%m%d-%H%M%S)"
+data="$work/data-$stamp"
+report="$work/report-$stamp"
+mkdir -p "$work"
+
+if ! command -v iperf3 >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq iperf3 >/dev/null 2>&1 || true
+fi
+if command -v iperf3 >/dev/null 2>&1; then
+    iperf3 -s -1 -B 127.0.0.1 -p 5299 >/dev/null 2>&1 &
+    sleep 0.5
+    iperf3 -c 127.0.0.1 -p 5299 -t 3 -f M 2>/dev/null | grep -E "receiver" | sed 's/^/loopback TCP ceiling (iperf3, one stream): /' | tee "$work/iperf3-$stamp.txt" || true
+fi
+
+target/release/ringlog-broker --node-id 1 --data-dir "$data" --listen "127.0.0.1:$port" \
+    > "$work/broker-$stamp.log" 2>&1 &
+broker=$!
+trap 'kill -TERM $broker 2>/dev/null || true; wait $broker 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+    if target/release/ringlog --bootstrap "127.0.0.1:$port" topic list >/dev/null 2>&1; then break; fi
+    sleep 0.1
+done
+
+# shellcheck disable=SC2086
+target/release/ringlog-loadgen run --bootstrap "127.0.0.1:$port" --scenario 1m-500b \
+    --report-dir "$report" ${LOADGEN_ARGS:-} || echo "load generator exited with $?"
+
+kill -TERM $broker
+wait $broker || true
+trap - EXIT
 echo
-echo "binaries:   $(pwd)/target/release/ringlog-broker"
-echo "report:     $(pwd)/target/bench-results/log.json"
+echo "broker log: $work/broker-$stamp.log"
+echo "report directory: $(pwd)/$report"
