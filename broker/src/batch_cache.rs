@@ -1,19 +1,28 @@
 //! Recent batches of this shard's partitions, kept in memory so tailing
 //! consumers are served without touching the disk (direct I/O bypasses the
 //! page cache). Bounded in bytes per shard; the oldest batches go first.
+//!
+//! A batch is kept as the producer's bytes (shared with the request frame, not
+//! copied) plus the base offset and epoch the log stamped; a read sends a
+//! freshly stamped 16-byte prefix followed by a slice of the rest.
 
 use std::collections::{HashMap, VecDeque};
-use std::rc::Rc;
 
-use protocol::Offset;
+use bytes::Bytes;
+use protocol::record_batch::{field, stamp};
+use protocol::{LeaderEpoch, Offset};
 
-use crate::shard::PartitionKey;
+use crate::shard::{Chunks, PartitionKey};
+
+/// Bytes of the batch header that stamping rewrites (base offset, length, epoch).
+const STAMPED_PREFIX_BYTES: usize = field::MAGIC;
 
 #[derive(Debug)]
 struct Cached {
     base: Offset,
     next: Offset,
-    bytes: Rc<[u8]>,
+    epoch: LeaderEpoch,
+    bytes: Bytes,
 }
 
 #[derive(Debug)]
@@ -36,7 +45,18 @@ impl BatchCache {
     }
 
     /// Adds a stored batch; batches of a partition must arrive in offset order.
-    pub fn insert(&mut self, key: &PartitionKey, base: Offset, next: Offset, bytes: Rc<[u8]>) {
+    pub fn insert(
+        &mut self,
+        key: &PartitionKey,
+        base: Offset,
+        next: Offset,
+        epoch: LeaderEpoch,
+        bytes: Bytes,
+    ) {
+        assert!(
+            bytes.len() > STAMPED_PREFIX_BYTES,
+            "a batch is longer than its stamped prefix"
+        );
         if bytes.len() > self.bytes_max {
             return;
         }
@@ -48,7 +68,12 @@ impl BatchCache {
             self.bytes -= dropped;
         }
         self.bytes += bytes.len();
-        entries.push_back(Cached { base, next, bytes });
+        entries.push_back(Cached {
+            base,
+            next,
+            epoch,
+            bytes,
+        });
         self.order.push_back((key.clone(), base));
         while self.bytes > self.bytes_max {
             self.evict_oldest();
@@ -84,21 +109,25 @@ impl BatchCache {
         offset: Offset,
         max_bytes: usize,
         end: Offset,
-    ) -> Option<(Vec<u8>, Offset)> {
+    ) -> Option<(Chunks, Offset)> {
         let entries = self.partitions.get(key)?;
         let first = entries.partition_point(|c| c.next <= offset);
         let start = entries.get(first).filter(|c| c.base <= offset)?;
         if start.next > end {
             return None;
         }
-        let mut out = Vec::new();
+        let mut out = Chunks::default();
         let mut next = offset;
         for cached in entries.range(first..) {
             if cached.next > end || (!out.is_empty() && out.len() + cached.bytes.len() > max_bytes)
             {
                 break;
             }
-            out.extend_from_slice(&cached.bytes);
+            let mut prefix = cached.bytes[..protocol::BATCH_HEADER_BYTES].to_vec();
+            stamp(&mut prefix, cached.base, cached.epoch);
+            prefix.truncate(STAMPED_PREFIX_BYTES);
+            out.push(Bytes::from(prefix));
+            out.push(cached.bytes.slice(STAMPED_PREFIX_BYTES..));
             next = cached.next;
         }
         Some((out, next))
@@ -113,6 +142,23 @@ impl BatchCache {
 mod tests {
     use super::*;
 
+    const BATCH_BYTES: usize = 115;
+
+    fn batch(tag: u8) -> Bytes {
+        let mut builder = protocol::BatchBuilder::new(protocol::Compression::None);
+        for _ in 0..2 {
+            builder.push(&protocol::Record {
+                timestamp_ms: 1,
+                key: None,
+                value: Some(&[tag; 20]),
+                headers: &[],
+            });
+        }
+        let bytes = builder.build().unwrap();
+        assert_eq!(bytes.len(), BATCH_BYTES);
+        Bytes::from(bytes)
+    }
+
     fn key() -> PartitionKey {
         PartitionKey {
             topic: "t".into(),
@@ -120,35 +166,60 @@ mod tests {
         }
     }
 
+    /// Reads return contiguous stamped batches within the bounds; the cache
+    /// stays within its byte bound by evicting the oldest, and a gap clears a run.
     #[test]
-    fn serves_contiguous_batches_and_evicts_oldest() {
-        let mut cache = BatchCache::new(30);
+    fn serves_contiguous_stamped_batches_and_evicts_oldest() {
+        let mut cache = BatchCache::new(3 * BATCH_BYTES);
         for i in 0..5i64 {
             cache.insert(
                 &key(),
                 Offset(i * 2),
                 Offset(i * 2 + 2),
-                vec![i as u8; 10].into(),
+                LeaderEpoch(3),
+                batch(i as u8),
             );
         }
-        assert_eq!(cache.size_bytes(), 30, "bounded");
+        assert_eq!(cache.size_bytes(), 3 * BATCH_BYTES, "bounded");
         assert!(
-            cache.read(&key(), Offset(0), 100, Offset(100)).is_none(),
+            cache
+                .read(&key(), Offset(0), 100_000, Offset(100))
+                .is_none(),
             "evicted"
         );
-        let (bytes, next) = cache.read(&key(), Offset(5), 15, Offset(100)).unwrap();
+        let (bytes, next) = cache
+            .read(&key(), Offset(5), BATCH_BYTES + 1, Offset(100))
+            .unwrap();
         assert_eq!(
             (bytes.len(), next),
-            (10, Offset(6)),
-            "first batch holds offset 5; max_bytes stops the second"
+            (BATCH_BYTES, Offset(6)),
+            "the batch holding 5; max_bytes stops the next"
         );
-        let (bytes, next) = cache.read(&key(), Offset(4), 100, Offset(8)).unwrap();
-        assert_eq!((bytes.len(), next), (20, Offset(8)), "end bound");
-        cache.insert(&key(), Offset(50), Offset(51), vec![9; 5].into());
+        let joined: Vec<u8> = bytes.into_parts().concat();
+        let served = protocol::RecordBatch::parse(&joined, 1 << 20).expect("served batch is valid");
+        assert_eq!(
+            served.header().base_offset,
+            Offset(4),
+            "stamped with its base offset"
+        );
+        assert_eq!(
+            served.header().partition_leader_epoch,
+            LeaderEpoch(3),
+            "and its epoch"
+        );
+        let (bytes, next) = cache.read(&key(), Offset(4), 100_000, Offset(8)).unwrap();
+        assert_eq!(
+            (bytes.len(), next),
+            (2 * BATCH_BYTES, Offset(8)),
+            "end bound"
+        );
+        cache.insert(&key(), Offset(50), Offset(52), LeaderEpoch(3), batch(9));
         assert!(
-            cache.read(&key(), Offset(8), 100, Offset(100)).is_none(),
+            cache
+                .read(&key(), Offset(8), 100_000, Offset(100))
+                .is_none(),
             "gap cleared the run"
         );
-        assert_eq!(cache.size_bytes(), 5);
+        assert_eq!(cache.size_bytes(), BATCH_BYTES);
     }
 }

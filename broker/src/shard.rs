@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use protocol::record_batch::stamp;
+use bytes::Bytes;
 use protocol::{ErrorCode, LeaderEpoch, Offset};
 
 use crate::batch_cache::BatchCache;
@@ -79,7 +79,49 @@ pub struct FetchOutcome {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
-    pub records: Vec<u8>,
+    pub records: Chunks,
+}
+
+/// Stored bytes as a list of shared slices, so cached batches reach the socket
+/// without being copied.
+#[derive(Clone, Debug, Default)]
+pub struct Chunks {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl Chunks {
+    pub fn push(&mut self, part: Bytes) {
+        self.len += part.len();
+        self.parts.push(part);
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn clear(&mut self) {
+        self.parts.clear();
+        self.len = 0;
+    }
+
+    pub fn into_parts(self) -> Vec<Bytes> {
+        self.parts
+    }
+}
+
+impl From<Vec<u8>> for Chunks {
+    fn from(bytes: Vec<u8>) -> Chunks {
+        let mut chunks = Chunks::default();
+        if !bytes.is_empty() {
+            chunks.push(Bytes::from(bytes));
+        }
+        chunks
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -103,7 +145,7 @@ pub struct TopicOutcome {
 pub enum ShardOp {
     Produce {
         key: PartitionKey,
-        batch: Vec<u8>,
+        batch: Bytes,
         acks: i16,
     },
     Fetch {
@@ -350,7 +392,7 @@ impl Shard {
     async fn produce_local(
         &self,
         key: PartitionKey,
-        batch: Vec<u8>,
+        batch: Bytes,
         acks: i16,
     ) -> Result<ProduceOutcome, OpError> {
         let replica = self.replica(&key)?;
@@ -361,11 +403,13 @@ impl Shard {
             ));
         }
         let info = replica.log.append(&batch, LeaderEpoch(0)).await?;
-        let mut stored = batch;
-        stamp(&mut stored, info.base_offset, LeaderEpoch(0));
-        self.cache
-            .borrow_mut()
-            .insert(&key, info.base_offset, info.log_end_offset, stored.into());
+        self.cache.borrow_mut().insert(
+            &key,
+            info.base_offset,
+            info.log_end_offset,
+            LeaderEpoch(0),
+            batch,
+        );
         replica.log_end.advance(info.log_end_offset.0);
         self.metrics
             .on_append(info.log_end_offset.0 - info.base_offset.0);
@@ -394,7 +438,7 @@ impl Shard {
                     high_watermark: -1,
                     log_start_offset: -1,
                     log_end_offset: -1,
-                    records: Vec::new(),
+                    records: Chunks::default(),
                 }
             }
         };
@@ -409,7 +453,7 @@ impl Shard {
                 high_watermark: end.0,
                 log_start_offset: start.0,
                 log_end_offset: end.0,
-                records: Vec::new(),
+                records: Chunks::default(),
             };
             if offset < start.0 || offset > end.0 {
                 outcome.error = Some(OpError::new(
@@ -425,7 +469,7 @@ impl Shard {
             let records = match cached {
                 Some((bytes, _)) => bytes,
                 None => match replica.log.read(Offset(offset), max_bytes, end).await {
-                    Ok(fetched) => fetched.bytes,
+                    Ok(fetched) => Chunks::from(fetched.bytes),
                     Err(e) => {
                         outcome.error = Some(e.into());
                         return outcome;

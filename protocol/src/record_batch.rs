@@ -592,7 +592,9 @@ impl BatchBuilder {
             producer_epoch: ProducerEpoch::NONE,
             base_sequence: Sequence::NONE,
             transactional: false,
-            records: Vec::new(),
+            // The header's bytes are reserved up front so an uncompressed batch
+            // is finished in place, without copying its records.
+            records: vec![0u8; BATCH_HEADER_BYTES],
             record_count: 0,
             base_timestamp_ms: 0,
             max_timestamp_ms: -1,
@@ -629,7 +631,7 @@ impl BatchBuilder {
 
     /// Uncompressed size the batch would have now: what batch size limits compare.
     pub fn size_bytes_uncompressed(&self) -> usize {
-        BATCH_HEADER_BYTES + self.records.len()
+        self.records.len()
     }
 
     /// Size a record would add to the uncompressed batch.
@@ -688,41 +690,52 @@ impl BatchBuilder {
         self.record_count += 1;
     }
 
-    /// Encodes the batch. Fails only for an empty batch or a compressor error.
-    pub fn build(self) -> Result<Vec<u8>, BatchError> {
+    /// Encodes the batch. Fails for an empty batch, a compressor error, or a
+    /// batch over 2 GiB.
+    pub fn build(mut self) -> Result<Vec<u8>, BatchError> {
         if self.record_count == 0 {
             return Err(BatchError::Empty);
         }
-        let section: Cow<'_, [u8]> = match self.compression {
-            Compression::None => Cow::Borrowed(&self.records),
-            Compression::Zstd => Cow::Owned(
-                zstd::bulk::compress(&self.records, self.zstd_level)
-                    .map_err(|e| BatchError::Compression(e.to_string()))?,
-            ),
+        let mut out = match self.compression {
+            Compression::None => std::mem::take(&mut self.records),
+            Compression::Zstd => {
+                let compressed =
+                    zstd::bulk::compress(&self.records[BATCH_HEADER_BYTES..], self.zstd_level)
+                        .map_err(|e| BatchError::Compression(e.to_string()))?;
+                let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + compressed.len());
+                out.resize(BATCH_HEADER_BYTES, 0);
+                out.extend_from_slice(&compressed);
+                out
+            }
         };
-        let total = BATCH_HEADER_BYTES + section.len();
-        let batch_length = i32::try_from(total - LOG_OVERHEAD_BYTES)
+        let batch_length = i32::try_from(out.len() - LOG_OVERHEAD_BYTES)
             .map_err(|_| BatchError::Compression("batch over 2 GiB".into()))?;
-        let mut out = Vec::with_capacity(total);
-        out.extend_from_slice(&0i64.to_be_bytes());
-        out.extend_from_slice(&batch_length.to_be_bytes());
-        out.extend_from_slice(&(-1i32).to_be_bytes());
-        out.push(MAGIC_V2 as u8);
-        out.extend_from_slice(&0u32.to_be_bytes());
         let mut attributes = i16::from(self.compression.code());
         if self.transactional {
             attributes |= ATTRIBUTE_TRANSACTIONAL;
         }
-        out.extend_from_slice(&attributes.to_be_bytes());
-        out.extend_from_slice(&(self.record_count - 1).to_be_bytes());
-        out.extend_from_slice(&self.base_timestamp_ms.to_be_bytes());
-        out.extend_from_slice(&self.max_timestamp_ms.to_be_bytes());
-        out.extend_from_slice(&self.producer_id.0.to_be_bytes());
-        out.extend_from_slice(&self.producer_epoch.0.to_be_bytes());
-        out.extend_from_slice(&self.base_sequence.0.to_be_bytes());
-        out.extend_from_slice(&self.record_count.to_be_bytes());
-        assert_eq!(out.len(), BATCH_HEADER_BYTES);
-        out.extend_from_slice(&section);
+        let mut header = [0u8; BATCH_HEADER_BYTES];
+        let fields: [(usize, &[u8]); 12] = [
+            (field::BATCH_LENGTH, &batch_length.to_be_bytes()),
+            (field::PARTITION_LEADER_EPOCH, &(-1i32).to_be_bytes()),
+            (field::MAGIC, &[MAGIC_V2 as u8]),
+            (field::ATTRIBUTES, &attributes.to_be_bytes()),
+            (
+                field::LAST_OFFSET_DELTA,
+                &(self.record_count - 1).to_be_bytes(),
+            ),
+            (field::BASE_TIMESTAMP, &self.base_timestamp_ms.to_be_bytes()),
+            (field::MAX_TIMESTAMP, &self.max_timestamp_ms.to_be_bytes()),
+            (field::PRODUCER_ID, &self.producer_id.0.to_be_bytes()),
+            (field::PRODUCER_EPOCH, &self.producer_epoch.0.to_be_bytes()),
+            (field::BASE_SEQUENCE, &self.base_sequence.0.to_be_bytes()),
+            (field::RECORD_COUNT, &self.record_count.to_be_bytes()),
+            (field::BASE_OFFSET, &0i64.to_be_bytes()),
+        ];
+        for (at, bytes) in fields {
+            header[at..at + bytes.len()].copy_from_slice(bytes);
+        }
+        out[..BATCH_HEADER_BYTES].copy_from_slice(&header);
         let crc = compute_crc(&out);
         out[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
         Ok(out)

@@ -40,7 +40,7 @@ async fn fetch_one(
             high_watermark: -1,
             log_start_offset: -1,
             log_end_offset: -1,
-            records: Vec::new(),
+            records: Default::default(),
         };
     };
     match shard
@@ -188,7 +188,7 @@ fn build_response(
     response_bytes_max: usize,
 ) -> Reply {
     let mut fbb = FlatBufferBuilder::new();
-    let mut payload: Vec<Vec<u8>> = Vec::new();
+    let mut payload: Vec<bytes::Bytes> = Vec::new();
     let mut payload_len: usize = 0;
     let mut per_topic: Vec<Vec<_>> = vec![Vec::new(); names.len()];
     for (w, mut outcome) in wanted.iter().zip(outcomes) {
@@ -200,7 +200,7 @@ fn build_response(
             protocol::wire::ByteRange::new(payload_len as u32, outcome.records.len() as u32);
         payload_len += outcome.records.len();
         if !outcome.records.is_empty() {
-            payload.push(std::mem::take(&mut outcome.records));
+            payload.extend(std::mem::take(&mut outcome.records).into_parts());
         }
         per_topic[w.topic_index].push(wire::FetchPartitionResult::create(
             &mut fbb,

@@ -12,6 +12,8 @@ mod produce;
 
 use std::rc::Rc;
 
+use bytes::Bytes;
+
 use protocol::flatbuffers::{FlatBufferBuilder, Follow, Verifiable};
 use protocol::frame::{decode_request, encode_response, RequestHeader};
 use protocol::{ApiKey, ErrorCode};
@@ -22,10 +24,7 @@ use crate::shard::Shard;
 #[derive(Debug)]
 pub enum Outcome {
     /// Send the frame bytes (length prefix, correlation id, body) then the payload parts.
-    Respond {
-        head: Vec<u8>,
-        payload: Vec<Vec<u8>>,
-    },
+    Respond { head: Vec<u8>, payload: Vec<Bytes> },
     /// acks=0: nothing is sent.
     NoResponse,
     /// The request is malformed beyond an error code: close the connection.
@@ -34,17 +33,14 @@ pub enum Outcome {
 
 /// A handler's answer before framing.
 pub(crate) enum Reply {
-    Body {
-        body: Vec<u8>,
-        payload: Vec<Vec<u8>>,
-    },
+    Body { body: Vec<u8>, payload: Vec<Bytes> },
     None,
 }
 
 pub(crate) type HandlerResult = Result<Reply, String>;
 
 /// Decodes and answers one request frame (the bytes after the length prefix).
-pub async fn handle(shard: &Rc<Shard>, frame: &[u8]) -> (Option<ApiKey>, Outcome) {
+pub async fn handle(shard: &Rc<Shard>, frame: &Bytes) -> (Option<ApiKey>, Outcome) {
     let request = match decode_request(frame) {
         Ok(r) => r,
         Err(e) => return (None, Outcome::Close(format!("bad request frame: {e}"))),
@@ -76,7 +72,7 @@ pub async fn handle(shard: &Rc<Shard>, frame: &[u8]) -> (Option<ApiKey>, Outcome
         ApiKey::DeleteTopics => admin::delete_topics(shard, request.body).await,
         ApiKey::ListTopics => admin::list_topics(shard),
         ApiKey::DescribeTopic => admin::describe_topic(shard, request.body).await,
-        ApiKey::Produce => produce::handle(shard, request.body, request.payload).await,
+        ApiKey::Produce => produce::handle(shard, request.body, frame, request.payload).await,
         ApiKey::Fetch => fetch::handle(shard, request.body).await,
         ApiKey::ListOffsets => list_offsets::handle(shard, request.body).await,
     };
@@ -84,7 +80,7 @@ pub async fn handle(shard: &Rc<Shard>, frame: &[u8]) -> (Option<ApiKey>, Outcome
         Ok(Reply::Body { body, payload }) => {
             let mut head = Vec::with_capacity(body.len() + 12);
             encode_response(&mut head, header.correlation_id, &body, &[]);
-            let payload_len: usize = payload.iter().map(Vec::len).sum();
+            let payload_len: usize = payload.iter().map(Bytes::len).sum();
             // encode_response wrote a length covering only the body: extend it over the payload.
             let len =
                 u32::from_be_bytes(head[0..4].try_into().expect("prefix")) as usize + payload_len;

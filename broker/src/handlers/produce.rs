@@ -17,7 +17,13 @@ type PartitionTask = (i32, runtime::Task<Result<ProduceOutcome, OpError>>);
 /// Partitions in one produce request.
 pub const PRODUCE_PARTITIONS_MAX: usize = 10_000;
 
-pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8], payload: &[u8]) -> HandlerResult {
+/// `frame` holds `payload`: batches are taken from it as shared slices, not copied.
+pub(super) async fn handle(
+    shard: &Rc<Shard>,
+    body: &[u8],
+    frame: &bytes::Bytes,
+    payload: &[u8],
+) -> HandlerResult {
     let request = parse::<wire::ProduceRequest>(body)?;
     let acks = request.acks();
     if !matches!(acks, -1..=1) {
@@ -44,7 +50,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8], payload: &[u8]) -> Ha
                     topic: name.clone(),
                     partition: index,
                 },
-                batch.to_vec(),
+                frame.slice_ref(batch),
             );
             tasks.push((
                 index,

@@ -148,6 +148,7 @@ async fn read_loop(
             Some(Ok(())) => {}
         }
         let handler_shard = shard.clone();
+        let frame = bytes::Bytes::from(frame);
         let task = runtime::spawn(async move {
             let (api, outcome) = handlers::handle(&handler_shard, &frame).await;
             (api, outcome, frame.len() + LENGTH_PREFIX_BYTES, started)
@@ -198,7 +199,7 @@ async fn write_loop(
         let result = match outcome {
             Outcome::Respond { head, payload } => {
                 let mut parts: Vec<&[u8]> = vec![&head];
-                parts.extend(payload.iter().map(Vec::as_slice));
+                parts.extend(payload.iter().map(|p| p.as_ref()));
                 let response_bytes = parts.iter().map(|p| p.len()).sum();
                 shard
                     .metrics
