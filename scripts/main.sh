@@ -21,7 +21,7 @@ report="$work/report-$stamp"
 mkdir -p "$work"
 
 if ! command -v iperf3 >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    apt-get install -y -qq iperf3 >/dev/null 2>&1 || true
+    { apt-get install -y -qq iperf3 || { apt-get update -qq && apt-get install -y -qq iperf3; }; } >/dev/null 2>&1 || true
 fi
 if command -v iperf3 >/dev/null 2>&1; then
     iperf3 -s -1 -B 127.0.0.1 -p 5299 >/dev/null 2>&1 &

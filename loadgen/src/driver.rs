@@ -320,6 +320,8 @@ struct ProducerWorker {
     acked: Option<History>,
     value: Vec<u8>,
     key: Vec<u8>,
+    /// Wall-clock microseconds at the monotonic clock's origin.
+    wall_origin_us: u64,
 }
 
 /// A produce response, reported back to its worker.
@@ -368,6 +370,7 @@ impl ProducerWorker {
             acked,
             value: Vec::new(),
             key: Vec::new(),
+            wall_origin_us: wall_us().saturating_sub(clock.now_ns() / 1_000),
         })
     }
 
@@ -439,11 +442,8 @@ impl ProducerWorker {
             }
             let slot = self.schedule.next_slot();
             generated += 1;
-            self.append_record(
-                &mut stats,
-                slot.message_index,
-                slot.publish_delay_ns(self.clock.now_ns()),
-            );
+            let send_ns = self.clock.now_ns();
+            self.append_record(&mut stats, slot.message_index, send_ns, slot.publish_delay_ns(send_ns));
         }
     }
 
@@ -451,14 +451,16 @@ impl ProducerWorker {
         &mut self,
         stats: &mut WorkerStats,
         message_index: u64,
+        send_ns: u64,
         publish_delay_ns: u64,
     ) {
         let value_id = ValueId::new(self.index, message_index);
-        let send_ns = self.clock.now_ns();
+        // Wall time derived from the monotonic reading: one clock read per record.
+        let send_wall_us = self.wall_origin_us + send_ns / 1_000;
         self.payload.write_payload(
             PayloadHeader {
                 value_id,
-                send_time_us: wall_us(),
+                send_time_us: send_wall_us,
             },
             &mut self.value,
         );
@@ -484,7 +486,7 @@ impl ProducerWorker {
             buffered_bytes: 0,
         });
         let record = Record {
-            timestamp_ms: (wall_us() / 1000) as i64,
+            timestamp_ms: (send_wall_us / 1000) as i64,
             key: key_index.map(|_| self.key.as_slice()),
             value: Some(&self.value),
             headers: &[],
