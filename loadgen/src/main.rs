@@ -238,7 +238,11 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     );
     let report_dir = config.report_dir.clone();
     let workload = config.workload_parameters();
-    let outcome = loadgen::driver::run_blocking(config, RUNTIME_THREADS)?;
+    let threads = std::env::var("RINGLOG_LOADGEN_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(RUNTIME_THREADS);
+    let outcome = loadgen::driver::run_blocking(config, threads)?;
     println!("\n{}", render_latency_table(outcome.recorder.aggregate()));
     let counters = outcome.recorder.all_counters();
     println!(
