@@ -548,25 +548,8 @@ impl Shard {
                 }),
             }
         }
-        if created.is_empty() {
-            return outcomes;
-        }
-        if let Err(e) = MetadataStore::new(&self.config.data_dir).save(&next) {
-            tracing::error!(error = %e, "cannot persist topic metadata");
-            return outcomes
-                .into_iter()
-                .map(|o| TopicOutcome {
-                    error: Some(
-                        o.error.unwrap_or_else(|| {
-                            OpError::new(ErrorCode::StorageError, e.to_string())
-                        }),
-                    ),
-                    ..o
-                })
-                .collect();
-        }
-        self.broadcast_apply(created, Vec::new()).await;
-        outcomes
+        self.persist_then_apply(&next, created, Vec::new(), outcomes)
+            .await
     }
 
     /// Shard 0 only: removes topics durably, then everywhere.
@@ -593,20 +576,38 @@ impl Shard {
                 });
             }
         }
-        if deleted.is_empty() {
+        self.persist_then_apply(&next, Vec::new(), deleted, outcomes)
+            .await
+    }
+
+    /// Persists the new view, then applies the change on every shard. If the
+    /// view cannot be persisted nothing changes, and every topic the request
+    /// would have changed reports the storage error.
+    async fn persist_then_apply(
+        self: &Rc<Self>,
+        next: &ClusterView,
+        created: Vec<TopicMeta>,
+        deleted: Vec<String>,
+        outcomes: Vec<TopicOutcome>,
+    ) -> Vec<TopicOutcome> {
+        if created.is_empty() && deleted.is_empty() {
             return outcomes;
         }
-        if let Err(e) = MetadataStore::new(&self.config.data_dir).save(&next) {
+        if let Err(e) = MetadataStore::new(&self.config.data_dir).save(next) {
             tracing::error!(error = %e, "cannot persist topic metadata");
             return outcomes
                 .into_iter()
                 .map(|o| TopicOutcome {
-                    error: Some(OpError::new(ErrorCode::StorageError, e.to_string())),
+                    error: Some(
+                        o.error.unwrap_or_else(|| {
+                            OpError::new(ErrorCode::StorageError, e.to_string())
+                        }),
+                    ),
                     ..o
                 })
                 .collect();
         }
-        self.broadcast_apply(Vec::new(), deleted).await;
+        self.broadcast_apply(created, deleted).await;
         outcomes
     }
 

@@ -537,31 +537,7 @@ impl PartitionLog {
     /// A rolled segment, fully written: sync it, cut the alignment padding, write
     /// its index files, and move the recovery point past it.
     async fn finish_closing(&self, base: Offset, file: &DirectFile) -> LogResult<()> {
-        let (size, next_offset, index_bytes, time_bytes) = {
-            let state = self.state.borrow();
-            let s = state
-                .segments
-                .iter()
-                .find(|s| s.base == base)
-                .expect("segment");
-            (
-                s.size_bytes,
-                s.next_offset,
-                s.offset_index.encode(),
-                s.time_index.encode(),
-            )
-        };
-        let path = segment_path(&self.dir, base, LOG_SUFFIX);
-        file.truncate(size)
-            .await
-            .map_err(|e| LogError::io(&path, e))?;
-        file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
-        write_small_file(&segment_path(&self.dir, base, INDEX_SUFFIX), &index_bytes).await?;
-        write_small_file(
-            &segment_path(&self.dir, base, TIME_INDEX_SUFFIX),
-            &time_bytes,
-        )
-        .await?;
+        let next_offset = self.seal_files(base, file).await?;
         {
             let mut state = self.state.borrow_mut();
             let segment = state.segment_mut(base).expect("segment");
@@ -918,19 +894,16 @@ impl PartitionLog {
         Ok(count)
     }
 
-    /// Writes and syncs everything, trims the active segment's padding, writes
-    /// its indexes and a clean-shutdown marker, so the next open skips recovery.
-    pub async fn close(&self) -> LogResult<()> {
-        let _gate = self.io_gate.enter().await;
-        if self.state.borrow().closed {
-            return Ok(());
-        }
-        self.write_out(true).await?;
-        let base = self.state.borrow().active().base;
-        let file = self.ensure_file(base).await?;
-        let (size, end, index_bytes, time_bytes) = {
+    /// Makes a fully written segment's files final: trims the alignment padding,
+    /// syncs, writes its index files. Returns the segment's next offset.
+    async fn seal_files(&self, base: Offset, file: &DirectFile) -> LogResult<Offset> {
+        let (size, next_offset, index_bytes, time_bytes) = {
             let state = self.state.borrow();
-            let s = state.active();
+            let s = state
+                .segments
+                .iter()
+                .find(|s| s.base == base)
+                .expect("segment");
             (
                 s.size_bytes,
                 s.next_offset,
@@ -949,6 +922,20 @@ impl PartitionLog {
             &time_bytes,
         )
         .await?;
+        Ok(next_offset)
+    }
+
+    /// Writes and syncs everything, trims the active segment's padding, writes
+    /// its indexes and a clean-shutdown marker, so the next open skips recovery.
+    pub async fn close(&self) -> LogResult<()> {
+        let _gate = self.io_gate.enter().await;
+        if self.state.borrow().closed {
+            return Ok(());
+        }
+        self.write_out(true).await?;
+        let base = self.state.borrow().active().base;
+        let file = self.ensure_file(base).await?;
+        let end = self.seal_files(base, &file).await?;
         self.persist_recovery_point(end)?;
         checkpoint::write_clean_shutdown(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
         self.state.borrow_mut().closed = true;
