@@ -443,7 +443,12 @@ impl ProducerWorker {
             let slot = self.schedule.next_slot();
             generated += 1;
             let send_ns = self.clock.now_ns();
-            self.append_record(&mut stats, slot.message_index, send_ns, slot.publish_delay_ns(send_ns));
+            self.append_record(
+                &mut stats,
+                slot.message_index,
+                send_ns,
+                slot.publish_delay_ns(send_ns),
+            );
         }
     }
 
