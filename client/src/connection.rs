@@ -240,13 +240,13 @@ impl Connection {
             .map_or(0, HashMap::len)
     }
 
-    fn encode(&self, api: ApiKey, body: &[u8], payload: &[&[u8]]) -> (u32, Vec<u8>) {
+    fn encode(&self, api_key: u16, body: &[u8], payload: &[&[u8]]) -> (u32, Vec<u8>) {
         let correlation_id = self
             .inner
             .next_correlation_id
             .fetch_add(1, Ordering::Relaxed);
         let header = RequestHeader {
-            api_key: api as u16,
+            api_key,
             api_version: API_VERSION,
             correlation_id,
             client_id: self.inner.client_id.clone(),
@@ -265,12 +265,31 @@ impl Connection {
         body: &[u8],
         payload: &[&[u8]],
     ) -> Result<ResponseFuture> {
+        self.send_key(api as u16, body, payload).await
+    }
+
+    /// Sends a request to a controller (its API keys are `ControllerApiKey`s)
+    /// and waits for the response.
+    pub async fn request_controller(
+        &self,
+        api: protocol::api::ControllerApiKey,
+        body: &[u8],
+    ) -> Result<Response> {
+        self.send_key(api as u16, body, &[]).await?.await
+    }
+
+    async fn send_key(
+        &self,
+        api_key: u16,
+        body: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<ResponseFuture> {
         let shared = &self.inner.shared;
         let permit = Arc::clone(&self.inner.slots)
             .acquire_owned()
             .await
             .expect("the slot semaphore is never closed");
-        let (correlation_id, frame) = self.encode(api, body, payload);
+        let (correlation_id, frame) = self.encode(api_key, body, payload);
         let (reply, response) = oneshot::channel();
         {
             let mut pending = shared.pending.lock().expect("pending lock");
@@ -339,7 +358,7 @@ impl Connection {
             .acquire_owned()
             .await
             .expect("the slot semaphore is never closed");
-        let (_, frame) = self.encode(api, body, payload);
+        let (_, frame) = self.encode(api as u16, body, payload);
         let (written, written_rx) = oneshot::channel();
         let outgoing = Outgoing {
             frame,

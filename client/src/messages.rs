@@ -474,3 +474,99 @@ pub fn list_offsets_response(body: &[u8], topic: &str) -> Result<Vec<(i32, Error
         .map(|p| (p.partition(), code(p.error_code()), p.offset()))
         .collect())
 }
+
+// ---- DescribeCluster (a controller API) ----
+
+/// One controller of the quorum, as the answering controller sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerDescription {
+    pub id: u64,
+    pub endpoint: String,
+    pub is_leader: bool,
+}
+
+/// One registered broker, as the controllers' state has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterBrokerDescription {
+    pub id: u32,
+    pub epoch: u64,
+    pub client_endpoint: String,
+    pub shard_endpoints: Vec<String>,
+    pub fenced: bool,
+    pub partitions_led: u32,
+}
+
+/// The answer of `DescribeCluster`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterDescription {
+    pub node_id: u64,
+    /// `None` when the answering controller knows no leader.
+    pub leader_id: Option<u64>,
+    pub leader_endpoint: Option<String>,
+    pub raft_term: u64,
+    pub metadata_version: u64,
+    pub controllers: Vec<ControllerDescription>,
+    pub brokers: Vec<ClusterBrokerDescription>,
+}
+
+pub fn describe_cluster_request() -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let request =
+        wire::DescribeClusterRequest::create(&mut fbb, &wire::DescribeClusterRequestArgs {});
+    finish(fbb, request)
+}
+
+pub fn describe_cluster_response(body: &[u8]) -> Result<ClusterDescription> {
+    let response = root::<wire::DescribeClusterResponse>(body, "describe cluster response")?;
+    let error = code(response.error_code());
+    if error != ErrorCode::None {
+        return Err(ClientError::Broker {
+            code: error,
+            message: response.error_message().map(str::to_owned),
+        });
+    }
+    let controllers = response
+        .controllers()
+        .iter()
+        .flatten()
+        .map(|c| ControllerDescription {
+            id: c.id(),
+            endpoint: c.endpoint().unwrap_or_default().to_owned(),
+            is_leader: c.is_leader(),
+        })
+        .collect();
+    let brokers = response
+        .brokers()
+        .iter()
+        .flatten()
+        .map(|b| {
+            let endpoints = b.endpoints();
+            ClusterBrokerDescription {
+                id: b.id(),
+                epoch: b.epoch(),
+                client_endpoint: endpoints
+                    .and_then(|e| e.client())
+                    .unwrap_or_default()
+                    .to_owned(),
+                shard_endpoints: endpoints
+                    .and_then(|e| e.shards())
+                    .map(|s| s.iter().map(str::to_owned).collect())
+                    .unwrap_or_default(),
+                fenced: b.fenced(),
+                partitions_led: b.partitions_led(),
+            }
+        })
+        .collect();
+    Ok(ClusterDescription {
+        node_id: response.node_id(),
+        leader_id: u64::try_from(response.leader_id()).ok(),
+        leader_endpoint: response
+            .leader_endpoint()
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned),
+        raft_term: response.raft_term(),
+        metadata_version: response.metadata_version(),
+        controllers,
+        brokers,
+    })
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use clap::{Parser, Subcommand, ValueEnum};
+use client::messages;
 use client::{
     Acks, Admin, ClientConfig, Cluster, Compression, Consumer, ConsumerConfig, ConsumerRecord,
     DeliveryFuture, Producer, ProducerConfig, ProducerRecord, SeekTo,
@@ -44,6 +45,21 @@ enum Command {
     Produce(ProduceArgs),
     /// Print records of a topic.
     Consume(ConsumeArgs),
+    /// The controller quorum and the brokers it knows.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Controllers (id, endpoint, leader, Raft term) and brokers (id,
+    /// endpoints, alive or fenced, partitions led), from the first reachable
+    /// controller.
+    Describe {
+        /// Controller endpoints, HOST:PORT, comma-separated.
+        #[arg(long, required = true)]
+        controller: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -169,6 +185,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Cluster(ClusterCommand::Describe { controller }) = &cli.command {
+        return describe_cluster(controller).await;
+    }
     let cluster = Cluster::connect(&cli.bootstrap, ClientConfig::default())
         .await
         .with_context(|| format!("bootstrapping from {}", cli.bootstrap))?;
@@ -176,7 +195,77 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topic(command) => topic(Admin::from_cluster(cluster), command).await,
         Command::Produce(args) => produce(cluster, args).await,
         Command::Consume(args) => consume(cluster, args).await,
+        Command::Cluster(_) => unreachable!("answered above"),
     }
+}
+
+/// Asks each controller in turn until one answers, then prints what it knows.
+async fn describe_cluster(controllers: &str) -> anyhow::Result<()> {
+    let config = ClientConfig::default();
+    let mut last_error = None;
+    for address in controllers
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        let answer = async {
+            let connection = client::Connection::connect(address, &config).await?;
+            let response = connection
+                .request_controller(
+                    protocol::api::ControllerApiKey::DescribeCluster,
+                    &messages::describe_cluster_request(),
+                )
+                .await?;
+            messages::describe_cluster_response(response.body())
+        }
+        .await;
+        match answer {
+            Ok(description) => {
+                print!("{}", render_cluster(&description));
+                return Ok(());
+            }
+            Err(e) => last_error = Some(anyhow::anyhow!("{address}: {e}")),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| anyhow::anyhow!("no controller endpoint given")))
+}
+
+fn render_cluster(d: &messages::ClusterDescription) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let leader = d.leader_id.map_or("none".to_owned(), |id| id.to_string());
+    let _ = writeln!(
+        out,
+        "answered by controller {}; leader {leader}; raft term {}; metadata version {}",
+        d.node_id, d.raft_term, d.metadata_version
+    );
+    let _ = writeln!(out, "controller\tendpoint\trole");
+    for c in &d.controllers {
+        let _ = writeln!(
+            out,
+            "{}\t{}\t{}",
+            c.id,
+            c.endpoint,
+            if c.is_leader { "leader" } else { "follower" }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "broker\tepoch\tstate\tpartitions_led\tendpoint\tshard_endpoints"
+    );
+    for b in &d.brokers {
+        let state = if b.fenced { "fenced" } else { "alive" };
+        let _ = writeln!(
+            out,
+            "{}\t{}\t{state}\t{}\t{}\t{}",
+            b.id,
+            b.epoch,
+            b.partitions_led,
+            b.client_endpoint,
+            b.shard_endpoints.join(",")
+        );
+    }
+    out
 }
 
 async fn topic(admin: Admin, command: TopicCommand) -> anyhow::Result<()> {
