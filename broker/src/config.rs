@@ -53,6 +53,9 @@ pub struct BrokerConfig {
     /// Microseconds a shard spins before parking when idle; trades CPU for
     /// wake-up latency. Default 0 (park at once), at most 10 000.
     pub idle_spin_us: u64,
+    /// Controller endpoints (HOST:PORT); empty runs without a controller.
+    /// Default empty.
+    pub controllers: Vec<String>,
     /// Log settings for topics that do not override them.
     pub log: LogConfig,
 }
@@ -91,6 +94,8 @@ pub struct FileConfig {
     pub batch_cache_bytes_max: Option<usize>,
     pub mesh_queue_max: Option<usize>,
     pub idle_spin_us: Option<u64>,
+    /// Comma-separated controller endpoints.
+    pub controller: Option<String>,
     pub log: Option<FileLogConfig>,
 }
 
@@ -140,6 +145,7 @@ impl FileConfig {
                 .or(self.batch_cache_bytes_max),
             mesh_queue_max: overrides.mesh_queue_max.or(self.mesh_queue_max),
             idle_spin_us: overrides.idle_spin_us.or(self.idle_spin_us),
+            controller: overrides.controller.or(self.controller),
             log: overrides.log.or(self.log),
         }
     }
@@ -228,6 +234,7 @@ impl BrokerConfig {
             batch_cache_bytes_max: file.batch_cache_bytes_max.unwrap_or(64 << 20),
             mesh_queue_max: file.mesh_queue_max.unwrap_or(1024),
             idle_spin_us: file.idle_spin_us.unwrap_or(0),
+            controllers: parse_controllers(file.controller.as_deref())?,
             log: log_config(file.log.unwrap_or_default())?,
         };
         config.validate()?;
@@ -272,6 +279,18 @@ impl BrokerConfig {
     pub fn shard_port(&self, shard: usize) -> u16 {
         self.shard_port_base + shard as u16
     }
+}
+
+fn parse_controllers(text: Option<&str>) -> Result<Vec<String>, ConfigError> {
+    let Some(text) = text else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for endpoint in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        resolve("controller", endpoint)?;
+        out.push(endpoint.to_owned());
+    }
+    Ok(out)
 }
 
 fn log_config(file: FileLogConfig) -> Result<LogConfig, ConfigError> {

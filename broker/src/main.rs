@@ -48,6 +48,9 @@ struct RunArgs {
     /// Host clients are told to connect to (default: the listen IP).
     #[arg(long)]
     advertised_host: Option<String>,
+    /// Controller endpoints, HOST:PORT,...: register and heartbeat with them.
+    #[arg(long)]
+    controller: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -96,6 +99,7 @@ fn run_broker(args: RunArgs) -> ExitCode {
         shard_port_base: args.shard_port_base,
         admin_listen: args.admin_listen,
         advertised_host: args.advertised_host,
+        controller: args.controller,
         ..FileConfig::default()
     };
     let config = match BrokerConfig::from_file_config(file.merge(overrides)) {

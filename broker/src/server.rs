@@ -120,6 +120,12 @@ async fn run_shard(
         runtime::spawn(net::serve_listener(shard.clone(), own, "shard")),
         runtime::spawn(shard.clone().run_maintenance()),
     ];
+    if shard_id == METADATA_SHARD && !config.controllers.is_empty() {
+        tasks.push(runtime::spawn(crate::controller_link::run(
+            shard.clone(),
+            config.controllers.clone(),
+        )));
+    }
     if shard_id == METADATA_SHARD {
         let admin = Listener::bind(config.admin_listen)
             .map_err(|e| fail(format!("binding {}: {e}", config.admin_listen)))?;

@@ -44,6 +44,19 @@ impl Listener {
     }
 }
 
+/// Connects to `addr` within `timeout`.
+pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<(ReadHalf, WriteHalf)> {
+    let stream = glommio::net::TcpStream::connect_timeout(addr, timeout).await?;
+    stream.set_nodelay(true)?;
+    let shared = Rc::new(RefCell::new(stream));
+    Ok((
+        ReadHalf {
+            stream: shared.clone(),
+        },
+        WriteHalf { stream: shared },
+    ))
+}
+
 /// The reading side of a connection.
 #[derive(Debug)]
 pub struct ReadHalf {
