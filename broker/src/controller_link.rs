@@ -181,6 +181,10 @@ async fn register(
 /// Runs the session until the shard stops: register, heartbeat, and start
 /// over on any failure, against whichever controller leads.
 pub async fn run(shard: Rc<Shard>, controllers: Vec<String>) {
+    assert!(
+        !controllers.is_empty(),
+        "started only with controllers configured"
+    );
     let broker_id = shard.config.node_id as u32;
     let mut next_target: Option<String> = None;
     // The first turn of the loop moves to controllers[0].
