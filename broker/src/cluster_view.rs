@@ -1,14 +1,16 @@
-//! The broker's read-mostly picture of cluster metadata: topics, their
-//! partitions, configs, and which shard owns each partition. Every shard keeps
-//! its own copy and changes it only when shard 0 (the metadata owner, until the
-//! controller takes that role) broadcasts a change. Also the durable
-//! single-node store of that metadata.
+//! The broker's read-only picture of cluster metadata as the controller
+//! publishes it: brokers with their endpoints, topics with their partitions'
+//! replicas (broker and shard), leader, leader epoch and ISR. Every shard keeps
+//! its own copy and changes it only by applying the same controller updates
+//! (deltas or a whole image), which shard 0 fetches and passes to every shard.
+//! Applying an update is a pure function, tested here without I/O.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use controller::messages::{BrokerView, DeltaView, ImageView, MetadataUpdate};
+use controller::{BrokerId, MetadataVersion, PartitionRecord, TopicId, TopicRecord};
 use protocol::ErrorCode;
-use serde::{Deserialize, Serialize};
 
 use crate::log::{FlushPolicy, LogConfig};
 
@@ -18,15 +20,6 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 200;
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// Topic config entries in one request.
 pub const TOPIC_CONFIGS_MAX: usize = 64;
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopicMeta {
-    pub id: u64,
-    pub name: String,
-    pub partitions: i32,
-    pub replication_factor: i16,
-    pub configs: BTreeMap<String, String>,
-}
 
 /// A topic creation as requested, before validation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,76 +46,186 @@ impl AdminError {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClusterView {
-    pub topics: BTreeMap<String, TopicMeta>,
-    pub next_topic_id: u64,
-}
-
-impl ClusterView {
-    pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
-        self.topics.get(name)
-    }
-
-    /// The shard owning `partition` of the topic with id `topic_id`: consecutive
-    /// partitions go to consecutive shards, starting at a topic-dependent shard
-    /// so that many small topics still spread.
-    pub fn shard_for(topic_id: u64, partition: i32, shard_count: usize) -> usize {
-        ((topic_id + partition as u64) % shard_count as u64) as usize
-    }
-
-    /// Validates a creation against this view; returns the new topic.
-    pub fn plan_create(
-        &self,
-        spec: &TopicSpec,
-        base: &LogConfig,
-        live_brokers: usize,
-    ) -> Result<TopicMeta, AdminError> {
-        validate_name(&spec.name)?;
-        if self.topics.contains_key(&spec.name) {
-            return Err(AdminError::new(
-                ErrorCode::TopicAlreadyExists,
-                format!("topic {} already exists", spec.name),
-            ));
-        }
-        if spec.partitions < 1 || spec.partitions > PARTITIONS_PER_TOPIC_MAX {
+impl TopicSpec {
+    /// What the broker can check before asking the controller: the name, the
+    /// partition count and that the configs make a valid log config here.
+    pub fn validate(&self, base: &LogConfig) -> Result<(), AdminError> {
+        validate_name(&self.name)?;
+        if self.partitions < 1 || self.partitions > PARTITIONS_PER_TOPIC_MAX {
             return Err(AdminError::new(
                 ErrorCode::InvalidPartitions,
                 format!("partitions must be within 1..={PARTITIONS_PER_TOPIC_MAX}"),
             ));
         }
-        if spec.replication_factor < 1 || spec.replication_factor as usize > live_brokers {
+        if self.replication_factor < 1 {
             return Err(AdminError::new(
                 ErrorCode::InvalidReplicationFactor,
-                format!(
-                    "replication factor {} exceeds the {live_brokers} available broker(s)",
-                    spec.replication_factor
-                ),
+                "replication factor must be at least 1",
             ));
         }
-        if spec.configs.len() > TOPIC_CONFIGS_MAX {
+        if self.configs.len() > TOPIC_CONFIGS_MAX {
             return Err(AdminError::new(
                 ErrorCode::InvalidConfig,
                 "too many config entries",
             ));
         }
-        topic_log_config(base, &spec.configs)?;
-        Ok(TopicMeta {
-            id: self.next_topic_id,
-            name: spec.name.clone(),
-            partitions: spec.partitions,
-            replication_factor: spec.replication_factor,
-            configs: spec.configs.clone(),
+        topic_log_config(base, &self.configs).map(|_| ())
+    }
+}
+
+/// One replica of a partition as a broker routes to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub shard: usize,
+    pub leader: bool,
+    pub leader_epoch: i32,
+}
+
+/// An update that cannot be applied: the view is left as it was and the
+/// caller must load the whole image.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ViewError {
+    #[error("delta for unknown topic id {0}")]
+    UnknownTopic(u64),
+    #[error("delta for partition {partition} of topic id {topic_id}, which has fewer")]
+    UnknownPartition { topic_id: u64, partition: u32 },
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterView {
+    pub version: MetadataVersion,
+    pub brokers: BTreeMap<BrokerId, BrokerView>,
+    pub topics: BTreeMap<String, TopicRecord>,
+    names_by_id: BTreeMap<TopicId, String>,
+}
+
+impl ClusterView {
+    pub fn topic(&self, name: &str) -> Option<&TopicRecord> {
+        self.topics.get(name)
+    }
+
+    pub fn partition(&self, name: &str, partition: i32) -> Option<&PartitionRecord> {
+        let index = usize::try_from(partition).ok()?;
+        self.topics.get(name)?.partitions.get(index)
+    }
+
+    /// Where broker `me` holds `partition` of `name`, and whether it leads it.
+    pub fn placement(
+        &self,
+        me: BrokerId,
+        name: &str,
+        partition: i32,
+    ) -> Result<Placement, AdminError> {
+        let record = self.partition(name, partition).ok_or_else(|| {
+            AdminError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("no partition {name}-{partition}"),
+            )
+        })?;
+        let replica = record.replica_on(me).ok_or_else(|| {
+            AdminError::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!("broker {me} holds no replica of {name}-{partition}"),
+            )
+        })?;
+        Ok(Placement {
+            shard: usize::from(replica.shard.0),
+            leader: record.leader == Some(me),
+            leader_epoch: record.leader_epoch.0,
         })
     }
 
-    pub fn apply_create(&mut self, topic: TopicMeta) {
-        self.next_topic_id = self.next_topic_id.max(topic.id + 1);
-        self.topics.insert(topic.name.clone(), topic);
+    /// Applies a controller update. Deltas at or below the view's version are
+    /// skipped, so an update may be applied twice, and an update older than
+    /// the view (from a new controller leader still applying its log) is
+    /// ignored rather than moving the view back. On error nothing changed.
+    pub fn apply(&mut self, update: MetadataUpdate) -> Result<(), ViewError> {
+        match update {
+            MetadataUpdate::Image(image) => {
+                if image.metadata_version >= self.version {
+                    self.load(image);
+                }
+                Ok(())
+            }
+            MetadataUpdate::Deltas {
+                metadata_version,
+                deltas,
+            } => {
+                if metadata_version < self.version {
+                    return Ok(());
+                }
+                let mut next = self.clone();
+                for (version, delta) in deltas {
+                    if version > self.version {
+                        next.apply_delta(delta)?;
+                    }
+                }
+                next.version = metadata_version;
+                *self = next;
+                Ok(())
+            }
+        }
     }
 
-    pub fn apply_delete(&mut self, name: &str) -> Option<TopicMeta> {
-        self.topics.remove(name)
+    fn load(&mut self, image: ImageView) {
+        self.version = image.metadata_version;
+        self.brokers = image.brokers.into_iter().map(|b| (b.id, b)).collect();
+        self.names_by_id = image
+            .topics
+            .iter()
+            .map(|t| (t.id, t.name.clone()))
+            .collect();
+        self.topics = image
+            .topics
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect();
+    }
+
+    fn apply_delta(&mut self, delta: DeltaView) -> Result<(), ViewError> {
+        match delta {
+            DeltaView::BrokerRegistered(broker) => {
+                self.brokers.insert(broker.id, broker);
+            }
+            DeltaView::BrokerFenced(id) => {
+                if let Some(b) = self.brokers.get_mut(&id) {
+                    b.fenced = true;
+                }
+            }
+            DeltaView::BrokerUnfenced(id) => {
+                if let Some(b) = self.brokers.get_mut(&id) {
+                    b.fenced = false;
+                }
+            }
+            DeltaView::TopicCreated(topic) => {
+                self.names_by_id.insert(topic.id, topic.name.clone());
+                self.topics.insert(topic.name.clone(), topic);
+            }
+            DeltaView::TopicDeleted { topic_id, .. } => {
+                if let Some(name) = self.names_by_id.remove(&topic_id) {
+                    self.topics.remove(&name);
+                }
+            }
+            DeltaView::PartitionChanged {
+                topic_id,
+                partition,
+                record,
+            } => {
+                let name = self
+                    .names_by_id
+                    .get(&topic_id)
+                    .ok_or(ViewError::UnknownTopic(topic_id.0))?;
+                let topic = self.topics.get_mut(name).expect("names_by_id is in sync");
+                let slot = topic.partitions.get_mut(partition.0 as usize).ok_or(
+                    ViewError::UnknownPartition {
+                        topic_id: topic_id.0,
+                        partition: partition.0,
+                    },
+                )?;
+                *slot = record;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -166,6 +269,11 @@ pub fn topic_log_config(
             "flush.policy" => {
                 config.flush_policy = value.parse::<FlushPolicy>().map_err(|e| invalid(&e))?
             }
+            // Read by the controller, not the log.
+            controller::records::UNCLEAN_LEADER_ELECTION_ENABLE => match value.as_str() {
+                "true" | "false" => {}
+                _ => return Err(invalid("expected true or false")),
+            },
             "max.message.bytes" => {
                 config.batch_bytes_max =
                     usize::try_from(number()?).map_err(|_| invalid("negative"))?
@@ -184,49 +292,13 @@ pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
     data_dir.join("topics").join(format!("{topic}-{partition}"))
 }
 
-/// Durable single-node metadata: `DATA_DIR/metadata.json`, replaced atomically.
-#[derive(Debug)]
-pub struct MetadataStore {
-    path: PathBuf,
-}
-
-impl MetadataStore {
-    pub fn new(data_dir: &Path) -> MetadataStore {
-        MetadataStore {
-            path: data_dir.join("metadata.json"),
-        }
-    }
-
-    pub fn load(&self) -> std::io::Result<ClusterView> {
-        match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("{}: {e}", self.path.display()),
-                )
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ClusterView::default()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Writes the view durably: temp file, fsync, rename, fsync directory. Small
-    /// and rare (topic admin only), so blocking I/O is acceptable here.
-    pub fn save(&self, view: &ClusterView) -> std::io::Result<()> {
-        use std::io::Write;
-        let dir = self.path.parent().expect("metadata path has a parent");
-        std::fs::create_dir_all(dir)?;
-        let tmp = self.path.with_extension("json.tmp");
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&serde_json::to_vec_pretty(view).map_err(std::io::Error::other)?)?;
-        file.sync_data()?;
-        std::fs::rename(&tmp, &self.path)?;
-        std::fs::File::open(dir)?.sync_all()
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use controller::{
+        BrokerEndpoints, BrokerEpoch, LeaderEpoch, PartitionEpoch, PartitionIndex, Replica,
+        ShardIndex,
+    };
+
     use super::*;
 
     fn spec(name: &str, partitions: i32) -> TopicSpec {
@@ -238,37 +310,164 @@ mod tests {
         }
     }
 
+    fn broker(id: u32) -> BrokerView {
+        BrokerView {
+            id: BrokerId(id),
+            epoch: BrokerEpoch(1),
+            endpoints: BrokerEndpoints {
+                client: format!("127.0.0.1:{}", 9000 + id),
+                shards: vec![format!("127.0.0.1:{}", 9100 + id)],
+            },
+            fenced: false,
+        }
+    }
+
+    fn partition(replicas: &[u32], leader: Option<u32>, epoch: i32) -> PartitionRecord {
+        PartitionRecord {
+            replicas: replicas
+                .iter()
+                .map(|&b| Replica {
+                    broker_id: BrokerId(b),
+                    shard: ShardIndex(0),
+                })
+                .collect(),
+            isr: replicas.iter().map(|&b| BrokerId(b)).collect(),
+            leader: leader.map(BrokerId),
+            leader_epoch: LeaderEpoch(epoch),
+            partition_epoch: PartitionEpoch(epoch),
+        }
+    }
+
+    fn topic(id: u64, name: &str) -> TopicRecord {
+        TopicRecord {
+            id: TopicId(id),
+            name: name.into(),
+            replication_factor: 2,
+            config: BTreeMap::new(),
+            partitions: vec![
+                partition(&[1, 2], Some(1), 0),
+                partition(&[2, 1], Some(2), 0),
+            ],
+        }
+    }
+
+    fn deltas(version: u64, list: Vec<DeltaView>) -> MetadataUpdate {
+        MetadataUpdate::Deltas {
+            metadata_version: MetadataVersion(version),
+            deltas: list
+                .into_iter()
+                .map(|d| (MetadataVersion(version), d))
+                .collect(),
+        }
+    }
+
     #[test]
-    fn create_validates_and_assigns_ids() {
+    fn deltas_build_the_same_view_as_the_image() {
         let mut view = ClusterView::default();
-        let base = LogConfig::default();
-        let topic = view.plan_create(&spec("orders", 3), &base, 1).unwrap();
-        view.apply_create(topic);
+        view.apply(deltas(1, vec![DeltaView::BrokerRegistered(broker(1))]))
+            .unwrap();
+        view.apply(deltas(2, vec![DeltaView::BrokerRegistered(broker(2))]))
+            .unwrap();
+        view.apply(deltas(3, vec![DeltaView::TopicCreated(topic(7, "t"))]))
+            .unwrap();
+        // Broker 1 fails: partition 0 moves to broker 2 with a higher epoch.
+        view.apply(deltas(
+            4,
+            vec![
+                DeltaView::BrokerFenced(BrokerId(1)),
+                DeltaView::PartitionChanged {
+                    topic_id: TopicId(7),
+                    partition: PartitionIndex(0),
+                    record: partition(&[1, 2], Some(2), 1),
+                },
+            ],
+        ))
+        .unwrap();
+        // Applying an old update again changes nothing.
+        view.apply(deltas(3, vec![DeltaView::TopicCreated(topic(7, "t"))]))
+            .unwrap();
+        let p0 = view.placement(BrokerId(2), "t", 0).unwrap();
+        assert!(p0.leader);
+        assert_eq!(p0.leader_epoch, 1);
+        assert!(!view.placement(BrokerId(1), "t", 0).unwrap().leader);
         assert_eq!(
-            view.plan_create(&spec("orders", 3), &base, 1)
-                .unwrap_err()
-                .code,
-            ErrorCode::TopicAlreadyExists
+            view.placement(BrokerId(3), "t", 0).unwrap_err().code,
+            ErrorCode::NotLeaderOrFollower
         );
         assert_eq!(
-            view.plan_create(&spec("bad/name", 3), &base, 1)
-                .unwrap_err()
-                .code,
+            view.placement(BrokerId(1), "t", 2).unwrap_err().code,
+            ErrorCode::UnknownTopicOrPartition
+        );
+
+        let mut fenced = broker(1);
+        fenced.fenced = true;
+        let mut moved = topic(7, "t");
+        moved.partitions[0] = partition(&[1, 2], Some(2), 1);
+        let mut from_image = ClusterView::default();
+        from_image
+            .apply(MetadataUpdate::Image(ImageView {
+                metadata_version: MetadataVersion(4),
+                brokers: vec![fenced, broker(2)],
+                topics: vec![moved],
+            }))
+            .unwrap();
+        assert_eq!(view, from_image);
+
+        view.apply(deltas(
+            5,
+            vec![DeltaView::TopicDeleted {
+                topic_id: TopicId(7),
+                name: "t".into(),
+            }],
+        ))
+        .unwrap();
+        assert!(view.topic("t").is_none());
+        assert_eq!(view.version, MetadataVersion(5));
+    }
+
+    #[test]
+    fn a_bad_update_changes_nothing() {
+        let mut view = ClusterView::default();
+        view.apply(deltas(3, vec![DeltaView::TopicCreated(topic(7, "t"))]))
+            .unwrap();
+        let before = view.clone();
+        let bad = deltas(
+            4,
+            vec![
+                DeltaView::BrokerRegistered(broker(1)),
+                DeltaView::PartitionChanged {
+                    topic_id: TopicId(7),
+                    partition: PartitionIndex(9),
+                    record: partition(&[1], Some(1), 1),
+                },
+            ],
+        );
+        assert!(matches!(
+            view.apply(bad),
+            Err(ViewError::UnknownPartition { .. })
+        ));
+        assert_eq!(view, before);
+        // An older image does not move the view back.
+        view.apply(MetadataUpdate::Image(ImageView {
+            metadata_version: MetadataVersion(2),
+            brokers: vec![],
+            topics: vec![],
+        }))
+        .unwrap();
+        assert_eq!(view, before);
+    }
+
+    #[test]
+    fn specs_are_checked_before_asking_the_controller() {
+        let base = LogConfig::default();
+        assert!(spec("orders", 3).validate(&base).is_ok());
+        assert_eq!(
+            spec("bad/name", 3).validate(&base).unwrap_err().code,
             ErrorCode::InvalidTopicName
         );
         assert_eq!(
-            view.plan_create(&spec("zero", 0), &base, 1)
-                .unwrap_err()
-                .code,
+            spec("zero", 0).validate(&base).unwrap_err().code,
             ErrorCode::InvalidPartitions
-        );
-        let rf3 = TopicSpec {
-            replication_factor: 3,
-            ..spec("rf3", 1)
-        };
-        assert_eq!(
-            view.plan_create(&rf3, &base, 1).unwrap_err().code,
-            ErrorCode::InvalidReplicationFactor
         );
         let mut configs = BTreeMap::new();
         configs.insert("retention.ms".to_string(), "soon".to_string());
@@ -277,16 +476,9 @@ mod tests {
             ..spec("cfg", 1)
         };
         assert_eq!(
-            view.plan_create(&bad, &base, 1).unwrap_err().code,
+            bad.validate(&base).unwrap_err().code,
             ErrorCode::InvalidConfig
         );
-        assert_eq!(view.plan_create(&spec("next", 1), &base, 1).unwrap().id, 1);
-    }
-
-    #[test]
-    fn partitions_spread_over_shards() {
-        let shards: Vec<usize> = (0..4).map(|p| ClusterView::shard_for(7, p, 2)).collect();
-        assert_eq!(shards, vec![1, 0, 1, 0]);
     }
 
     #[test]
@@ -294,6 +486,10 @@ mod tests {
         let mut configs = BTreeMap::new();
         configs.insert("flush.policy".to_string(), "none".to_string());
         configs.insert("retention.bytes".to_string(), "1000000".to_string());
+        configs.insert(
+            "unclean.leader.election.enable".to_string(),
+            "false".to_string(),
+        );
         let config = topic_log_config(&LogConfig::default(), &configs).unwrap();
         assert_eq!(config.flush_policy, FlushPolicy::None);
         assert_eq!(config.retention_bytes, Some(1_000_000));

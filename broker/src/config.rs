@@ -15,6 +15,9 @@ use crate::log::{FlushPolicy, LogConfig};
 pub const SHARD_PORT_OFFSET: u16 = 1;
 /// The admin (metrics) port is `listen.port + ADMIN_PORT_OFFSET` unless set.
 pub const ADMIN_PORT_OFFSET: u16 = 64;
+/// Without `controller`, the embedded controller listens on
+/// `listen.port + EMBEDDED_CONTROLLER_PORT_OFFSET` unless set.
+pub const EMBEDDED_CONTROLLER_PORT_OFFSET: u16 = 65;
 /// Shards beyond this would collide with the derived admin port.
 pub const SHARDS_MAX: usize = (ADMIN_PORT_OFFSET - SHARD_PORT_OFFSET) as usize;
 
@@ -53,9 +56,12 @@ pub struct BrokerConfig {
     /// Microseconds a shard spins before parking when idle; trades CPU for
     /// wake-up latency. Default 0 (park at once), at most 10 000.
     pub idle_spin_us: u64,
-    /// Controller endpoints (HOST:PORT); empty runs without a controller.
-    /// Default empty.
+    /// Controller endpoints (HOST:PORT) of the cluster's quorum. Default
+    /// empty: the broker then runs its own one-voter controller in-process.
     pub controllers: Vec<String>,
+    /// Where the embedded controller listens when `controllers` is empty.
+    /// Default listen host, port + 65.
+    pub embedded_controller_listen: SocketAddr,
     /// Log settings for topics that do not override them.
     pub log: LogConfig,
 }
@@ -96,6 +102,7 @@ pub struct FileConfig {
     pub idle_spin_us: Option<u64>,
     /// Comma-separated controller endpoints.
     pub controller: Option<String>,
+    pub embedded_controller_listen: Option<String>,
     pub log: Option<FileLogConfig>,
 }
 
@@ -146,6 +153,9 @@ impl FileConfig {
             mesh_queue_max: overrides.mesh_queue_max.or(self.mesh_queue_max),
             idle_spin_us: overrides.idle_spin_us.or(self.idle_spin_us),
             controller: overrides.controller.or(self.controller),
+            embedded_controller_listen: overrides
+                .embedded_controller_listen
+                .or(self.embedded_controller_listen),
             log: overrides.log.or(self.log),
         }
     }
@@ -210,6 +220,24 @@ impl BrokerConfig {
                 )?,
             ),
         };
+        let embedded_controller_listen = match &file.embedded_controller_listen {
+            Some(text) => resolve("embedded_controller_listen", text)?,
+            None => SocketAddr::new(
+                listen.ip(),
+                listen
+                    .port()
+                    .checked_add(EMBEDDED_CONTROLLER_PORT_OFFSET)
+                    .map_or_else(
+                        || {
+                            bad(
+                                "embedded_controller_listen",
+                                "listen port too high to derive the controller port",
+                            )
+                        },
+                        Ok,
+                    )?,
+            ),
+        };
         let advertised_host = file
             .advertised_host
             .unwrap_or_else(|| listen.ip().to_string());
@@ -235,6 +263,7 @@ impl BrokerConfig {
             mesh_queue_max: file.mesh_queue_max.unwrap_or(1024),
             idle_spin_us: file.idle_spin_us.unwrap_or(0),
             controllers: parse_controllers(file.controller.as_deref())?,
+            embedded_controller_listen,
             log: log_config(file.log.unwrap_or_default())?,
         };
         config.validate()?;
@@ -345,6 +374,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.shard_port(0), 9193);
         assert_eq!(config.admin_listen.port(), 9256);
+        assert_eq!(config.embedded_controller_listen.port(), 9257);
         assert_eq!(config.advertised_host, "127.0.0.1");
     }
 

@@ -1,37 +1,50 @@
-//! The broker's session with the controller quorum: register at start, then
-//! heartbeat at a third of the session timeout so the controller keeps the
-//! broker alive (unfenced); register again when told the session is gone, and
-//! follow NOT_CONTROLLER answers to the leader. Runs as one task on shard 0.
+//! The broker's links to the controller quorum, all on shard 0: the session
+//! (register, then heartbeat at a third of the session timeout; register
+//! again when told the session is gone), the metadata follower (long-polls
+//! FetchMetadata from the leader and hands each update to every shard), and
+//! topic admin forwarding. Every link follows NOT_CONTROLLER answers to the
+//! leader and otherwise tries the configured controllers in turn.
 //!
-//! Following metadata deltas (and leading or following partitions as they
-//! say) is the next step; until then the broker keeps its single-node topic
-//! metadata and this link only makes it a registered, live cluster member.
+//! A broker heartbeats `ready` (asking to be unfenced, and so to lead) only
+//! once its metadata shows its own current registration: it has caught up.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::Duration;
 
+use controller::messages::{
+    ApiFailure, BrokerHeartbeat, CreateTopicSpec, FetchMetadata, MetadataUpdate, RegisterBroker,
+    SessionState, TopicOutcome as ControllerTopicOutcome,
+};
+use controller::{BrokerEndpoints, BrokerEpoch, BrokerId};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use protocol::api::ControllerApiKey;
-use protocol::flatbuffers::{self, FlatBufferBuilder};
+use protocol::api::{ApiKey, ControllerApiKey};
 use protocol::frame::{
     decode_response, encode_request, frame_len, RequestHeader, LENGTH_PREFIX_BYTES,
 };
-use protocol::{wire, ErrorCode};
+use protocol::ErrorCode;
 
+use crate::cluster_view::TopicSpec;
 use crate::runtime::net::{connect, ReadHalf, WriteHalf};
 use crate::runtime::{self};
-use crate::shard::Shard;
+use crate::shard::{OpError, Shard, TopicOutcome};
 
-/// Bound on a controller's response frame.
-const RESPONSE_BYTES_MAX: u32 = 4 << 20;
-/// Connect and request timeout towards a controller.
+/// Bound on a controller's response frame: a metadata image of a large cluster.
+const RESPONSE_BYTES_MAX: u32 = 64 << 20;
+/// Connect and request timeout towards a controller, beyond any long-poll wait.
 const CONTROLLER_REQUEST_MS_MAX: u64 = 3_000;
 /// Wait before trying the next controller after a failure.
 const RETRY_BACKOFF_MS: u64 = 200;
+/// Longest FetchMetadata long poll the broker asks for.
+const METADATA_WAIT_MS: u32 = 2_000;
+/// Heartbeat interval while waiting to be unfenced, so a starting broker
+/// serves soon after it caught up rather than a session third later.
+const HEARTBEAT_STARTING_MS: u64 = 20;
+/// Redirects followed for one admin request before giving up.
+const ADMIN_HOPS_MAX: usize = 6;
 
 #[derive(Debug, thiserror::Error)]
-enum LinkError {
+pub enum LinkError {
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
     #[error("timed out")]
@@ -44,6 +57,20 @@ enum LinkError {
     Refused(ErrorCode, String),
 }
 
+impl From<ApiFailure> for LinkError {
+    fn from(f: ApiFailure) -> LinkError {
+        if f.code == ErrorCode::NotController {
+            LinkError::NotController(f.leader_endpoint.filter(|l| !l.is_empty()))
+        } else {
+            LinkError::Refused(f.code, f.message)
+        }
+    }
+}
+
+fn malformed(e: impl std::fmt::Display) -> LinkError {
+    LinkError::Malformed(e.to_string())
+}
+
 struct Connection {
     reader: ReadHalf,
     writer: WriteHalf,
@@ -51,7 +78,11 @@ struct Connection {
 }
 
 impl Connection {
-    async fn open(addr: SocketAddr) -> Result<Connection, LinkError> {
+    async fn open(target: &str) -> Result<Connection, LinkError> {
+        let addr: SocketAddr = target
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| LinkError::Malformed(format!("{target} resolves to nothing")))?;
         let (reader, writer) =
             connect(addr, Duration::from_millis(CONTROLLER_REQUEST_MS_MAX)).await?;
         Ok(Connection {
@@ -61,12 +92,18 @@ impl Connection {
         })
     }
 
-    async fn call(&mut self, api: ControllerApiKey, body: &[u8]) -> Result<Vec<u8>, LinkError> {
+    /// One request and its response, within `wait_ms` plus the request timeout.
+    async fn call(
+        &mut self,
+        api_key: u16,
+        body: &[u8],
+        wait_ms: u64,
+    ) -> Result<Vec<u8>, LinkError> {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
         let mut frame = Vec::new();
         let header = RequestHeader {
-            api_key: api as u16,
+            api_key,
             api_version: 0,
             correlation_id,
             client_id: "ringlog-broker".into(),
@@ -83,11 +120,11 @@ impl Connection {
             self.reader.read_exact(&mut response).await?;
             Ok::<_, std::io::Error>(response)
         };
-        let response = runtime::timeout(Duration::from_millis(CONTROLLER_REQUEST_MS_MAX), exchange)
+        let limit = Duration::from_millis(wait_ms + CONTROLLER_REQUEST_MS_MAX);
+        let response = runtime::timeout(limit, exchange)
             .await
             .ok_or(LinkError::Timeout)??;
-        let decoded =
-            decode_response(&response).map_err(|e| LinkError::Malformed(e.to_string()))?;
+        let decoded = decode_response(&response).map_err(malformed)?;
         if decoded.correlation_id != correlation_id {
             return Err(LinkError::Malformed("correlation id mismatch".into()));
         }
@@ -95,147 +132,283 @@ impl Connection {
     }
 }
 
-/// Checks an answer's error code; NOT_CONTROLLER carries the leader's endpoint.
-fn check(code: u16, message: Option<&str>, leader: Option<&str>) -> Result<(), LinkError> {
-    match ErrorCode::from_u16(code) {
-        ErrorCode::None => Ok(()),
-        ErrorCode::NotController => Err(LinkError::NotController(
-            leader.filter(|l| !l.is_empty()).map(str::to_owned),
-        )),
-        other => Err(LinkError::Refused(
-            other,
-            message.unwrap_or_default().to_owned(),
-        )),
+/// Picks the controller to try next: the last leader named, else the next
+/// configured one.
+struct Targets {
+    controllers: Vec<String>,
+    index: usize,
+    next: Option<String>,
+}
+
+impl Targets {
+    fn new(controllers: Vec<String>) -> Targets {
+        assert!(!controllers.is_empty(), "at least one controller");
+        Targets {
+            index: controllers.len() - 1,
+            controllers,
+            next: None,
+        }
     }
-}
 
-fn register_body(shard: &Shard) -> Vec<u8> {
-    let config = &shard.config;
-    let mut fbb = FlatBufferBuilder::new();
-    let client = fbb.create_string(&format!(
-        "{}:{}",
-        config.advertised_host,
-        config.listen.port()
-    ));
-    let shard_endpoints: Vec<_> = (0..shard.count)
-        .map(|i| {
-            fbb.create_string(&format!(
-                "{}:{}",
-                config.advertised_host,
-                config.shard_port(i)
-            ))
+    fn pick(&mut self) -> String {
+        self.next.take().unwrap_or_else(|| {
+            self.index = (self.index + 1) % self.controllers.len();
+            self.controllers[self.index].clone()
         })
-        .collect();
-    let shards = fbb.create_vector(&shard_endpoints);
-    let endpoints = wire::BrokerEndpointSet::create(
-        &mut fbb,
-        &wire::BrokerEndpointSetArgs {
-            client: Some(client),
-            shards: Some(shards),
-        },
-    );
-    let root = wire::RegisterBrokerRequest::create(
-        &mut fbb,
-        &wire::RegisterBrokerRequestArgs {
-            broker_id: config.node_id as u32,
-            endpoints: Some(endpoints),
-        },
-    );
-    fbb.finish_minimal(root);
-    fbb.finished_data().to_vec()
-}
+    }
 
-fn heartbeat_body(broker_id: u32, broker_epoch: u64) -> Vec<u8> {
-    let mut fbb = FlatBufferBuilder::new();
-    let root = wire::BrokerHeartbeatRequest::create(
-        &mut fbb,
-        &wire::BrokerHeartbeatRequestArgs {
-            broker_id,
-            broker_epoch,
-            ready: true,
-        },
-    );
-    fbb.finish_minimal(root);
-    fbb.finished_data().to_vec()
-}
-
-/// Registration: the broker epoch and the heartbeat interval.
-async fn register(
-    connection: &mut Connection,
-    shard: &Shard,
-) -> Result<(u64, Duration), LinkError> {
-    let body = connection
-        .call(ControllerApiKey::RegisterBroker, &register_body(shard))
-        .await?;
-    let response = flatbuffers::root::<wire::RegisterBrokerResponse>(&body)
-        .map_err(|e| LinkError::Malformed(e.to_string()))?;
-    check(
-        response.error_code(),
-        response.error_message(),
-        response.leader_endpoint(),
-    )?;
-    let interval = Duration::from_millis((response.session_timeout_ms() / 3).max(50));
-    Ok((response.broker_epoch(), interval))
-}
-
-/// Runs the session until the shard stops: register, heartbeat, and start
-/// over on any failure, against whichever controller leads.
-pub async fn run(shard: Rc<Shard>, controllers: Vec<String>) {
-    assert!(
-        !controllers.is_empty(),
-        "started only with controllers configured"
-    );
-    let broker_id = shard.config.node_id as u32;
-    let mut next_target: Option<String> = None;
-    // The first turn of the loop moves to controllers[0].
-    let mut index = controllers.len() - 1;
-    while !shard.stopping.get() {
-        let target = next_target.take().unwrap_or_else(|| {
-            index = (index + 1) % controllers.len();
-            controllers[index].clone()
-        });
-        match session(&shard, broker_id, &target).await {
-            Ok(()) => return,
-            Err(LinkError::NotController(Some(leader))) => next_target = Some(leader),
-            Err(e) => {
-                tracing::warn!(controller = %target, error = %e, "controller session failed; retrying");
+    /// After a failed exchange: go to the named leader at once, or back off.
+    async fn failed(&mut self, what: &str, target: &str, error: LinkError) {
+        match error {
+            LinkError::NotController(Some(leader)) => self.next = Some(leader),
+            e => {
+                tracing::debug!(controller = %target, error = %e, "{what} failed; retrying");
                 runtime::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
             }
         }
     }
 }
 
-async fn session(shard: &Rc<Shard>, broker_id: u32, target: &str) -> Result<(), LinkError> {
-    let addr = target
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| LinkError::Malformed(format!("{target} resolves to nothing")))?;
-    let mut connection = Connection::open(addr).await?;
-    let (mut epoch, interval) = register(&mut connection, shard).await?;
-    tracing::info!(controller = %target, broker_epoch = epoch, "registered with the controller");
+fn endpoints(shard: &Shard) -> BrokerEndpoints {
+    let config = &shard.config;
+    BrokerEndpoints {
+        client: format!("{}:{}", config.advertised_host, config.listen.port()),
+        shards: (0..shard.count)
+            .map(|i| format!("{}:{}", config.advertised_host, config.shard_port(i)))
+            .collect(),
+    }
+}
+
+async fn register(
+    connection: &mut Connection,
+    shard: &Shard,
+) -> Result<(BrokerEpoch, Duration), LinkError> {
+    let request = RegisterBroker {
+        broker_id: shard.broker_id(),
+        endpoints: endpoints(shard),
+    };
+    let body = connection
+        .call(
+            ControllerApiKey::RegisterBroker as u16,
+            &controller::wire::encode_register_broker_request(&request),
+            0,
+        )
+        .await?;
+    let registered =
+        controller::wire::decode_register_broker_response(&body).map_err(malformed)??;
+    let interval = Duration::from_millis((registered.session_timeout_ms / 3).max(50));
+    Ok((registered.broker_epoch, interval))
+}
+
+/// The broker's session, until the shard stops.
+pub async fn run_session(shard: Rc<Shard>, controllers: Vec<String>) {
+    let mut targets = Targets::new(controllers);
     while !shard.stopping.get() {
+        let target = targets.pick();
+        if let Err(e) = session(&shard, &target).await {
+            targets.failed("controller session", &target, e).await;
+        }
+    }
+}
+
+async fn session(shard: &Rc<Shard>, target: &str) -> Result<(), LinkError> {
+    let mut connection = Connection::open(target).await?;
+    let (mut epoch, interval) = register(&mut connection, shard).await?;
+    shard.broker_epoch.set(epoch.0);
+    tracing::info!(controller = %target, broker_epoch = epoch.0, "registered with the controller");
+    while !shard.stopping.get() {
+        let ready = shard.has_caught_up();
+        let request = BrokerHeartbeat {
+            broker_id: shard.broker_id(),
+            broker_epoch: epoch,
+            ready,
+        };
         let body = connection
             .call(
-                ControllerApiKey::BrokerHeartbeat,
-                &heartbeat_body(broker_id, epoch),
+                ControllerApiKey::BrokerHeartbeat as u16,
+                &controller::wire::encode_broker_heartbeat_request(&request),
+                0,
             )
             .await?;
-        let response = flatbuffers::root::<wire::BrokerHeartbeatResponse>(&body)
-            .map_err(|e| LinkError::Malformed(e.to_string()))?;
-        check(
-            response.error_code(),
-            response.error_message(),
-            response.leader_endpoint(),
-        )?;
-        if response.state() == wire::BrokerSessionState::Unregistered {
-            let (new_epoch, _) = register(&mut connection, shard).await?;
-            tracing::info!(
-                broker_epoch = new_epoch,
-                "registered again after the session ended"
-            );
-            epoch = new_epoch;
+        let state =
+            controller::wire::decode_broker_heartbeat_response(&body).map_err(malformed)??;
+        match state {
+            SessionState::Unregistered => {
+                let (new_epoch, _) = register(&mut connection, shard).await?;
+                tracing::info!(
+                    broker_epoch = new_epoch.0,
+                    "registered again after the session ended"
+                );
+                epoch = new_epoch;
+                shard.broker_epoch.set(epoch.0);
+                continue;
+            }
+            SessionState::Alive if shard.is_serving() => runtime::sleep(interval).await,
+            SessionState::Alive | SessionState::Fenced => {
+                runtime::sleep(Duration::from_millis(HEARTBEAT_STARTING_MS).min(interval)).await
+            }
         }
-        runtime::sleep(interval).await;
     }
     Ok(())
+}
+
+/// Follows the controller's metadata until the shard stops: the whole image
+/// first (and after any error), then deltas by long poll.
+pub async fn run_metadata(shard: Rc<Shard>, controllers: Vec<String>) {
+    let mut targets = Targets::new(controllers);
+    while !shard.stopping.get() {
+        let target = targets.pick();
+        if let Err(e) = follow_metadata(&shard, &target).await {
+            targets.failed("metadata fetch", &target, e).await;
+        }
+    }
+}
+
+async fn follow_metadata(shard: &Rc<Shard>, target: &str) -> Result<(), LinkError> {
+    let mut connection = Connection::open(target).await?;
+    let mut full_image = true;
+    while !shard.stopping.get() {
+        let request = FetchMetadata {
+            from_version: shard.view.borrow().version,
+            max_wait_ms: if full_image { 0 } else { METADATA_WAIT_MS },
+            full_image,
+        };
+        let body = connection
+            .call(
+                ControllerApiKey::FetchMetadata as u16,
+                &controller::wire::encode_fetch_metadata_request(&request),
+                u64::from(request.max_wait_ms),
+            )
+            .await?;
+        let update =
+            controller::wire::decode_fetch_metadata_response(&body).map_err(malformed)??;
+        *shard.controller_hint.borrow_mut() = Some(target.to_owned());
+        let empty = matches!(&update, MetadataUpdate::Deltas { deltas, metadata_version } if deltas.is_empty() && *metadata_version == request.from_version);
+        if !empty {
+            if let Err(e) = shard.clone().publish_metadata(update).await {
+                tracing::warn!(error = %e, "metadata update did not apply; loading the whole image");
+                full_image = true;
+                continue;
+            }
+        }
+        full_image = false;
+    }
+    Ok(())
+}
+
+/// Sends topic creations to the controller leader; one outcome per spec.
+pub async fn forward_create(shard: &Shard, specs: &[TopicSpec]) -> Vec<TopicOutcome> {
+    let requests: Vec<CreateTopicSpec> = specs
+        .iter()
+        .map(|s| CreateTopicSpec {
+            name: s.name.clone(),
+            partition_count: u32::try_from(s.partitions).expect("validated positive"),
+            replication_factor: u16::try_from(s.replication_factor).expect("validated positive"),
+            config: s.configs.clone(),
+        })
+        .collect();
+    let body = controller::wire::encode_create_topics_request(&requests);
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    forward(
+        shard,
+        ApiKey::CreateTopics,
+        &body,
+        &names,
+        controller::wire::decode_create_topics_response,
+    )
+    .await
+}
+
+/// Sends topic deletions to the controller leader; one outcome per name.
+pub async fn forward_delete(shard: &Shard, names: &[String]) -> Vec<TopicOutcome> {
+    let body = controller::wire::encode_delete_topics_request(names);
+    forward(
+        shard,
+        ApiKey::DeleteTopics,
+        &body,
+        names,
+        controller::wire::decode_delete_topics_response,
+    )
+    .await
+}
+
+async fn forward(
+    shard: &Shard,
+    api: ApiKey,
+    body: &[u8],
+    names: &[String],
+    decode: fn(&[u8]) -> Result<Vec<ControllerTopicOutcome>, controller::wire::WireError>,
+) -> Vec<TopicOutcome> {
+    let mut targets = Targets::new(shard.config.controllers.clone());
+    targets.next = shard.controller_hint.borrow().clone();
+    let mut last_error = LinkError::Timeout;
+    for _ in 0..ADMIN_HOPS_MAX.max(2 * shard.config.controllers.len()) {
+        let target = targets.pick();
+        let answer = async {
+            let mut connection = Connection::open(&target).await?;
+            let body = connection.call(api as u16, body, 0).await?;
+            decode(&body).map_err(malformed)
+        }
+        .await;
+        match answer {
+            Ok(outcomes) => {
+                let redirect = outcomes.iter().find_map(|o| match &o.result {
+                    Err(f) if f.code == ErrorCode::NotController => Some(f.leader_endpoint.clone()),
+                    _ => None,
+                });
+                match redirect {
+                    Some(leader) => {
+                        if leader.is_none() {
+                            // An election is under way: give it time.
+                            runtime::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+                        }
+                        last_error = LinkError::NotController(leader.clone());
+                        targets.next = leader;
+                        continue;
+                    }
+                    None => {
+                        return outcomes
+                            .into_iter()
+                            .map(|o| TopicOutcome {
+                                name: o.name,
+                                error: o.result.err().map(|f| OpError::new(f.code, f.message)),
+                            })
+                            .collect()
+                    }
+                }
+            }
+            Err(e) => {
+                last_error = e;
+                runtime::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+            }
+        }
+    }
+    let message = format!("no controller leader answered: {last_error}");
+    names
+        .iter()
+        .map(|name| TopicOutcome {
+            name: name.clone(),
+            error: Some(OpError::new(ErrorCode::RequestTimedOut, message.clone())),
+        })
+        .collect()
+}
+
+/// Whether the view holds this broker at `epoch`, unfenced.
+pub fn is_registered_and_unfenced(
+    view: &crate::cluster_view::ClusterView,
+    me: BrokerId,
+    epoch: u64,
+) -> bool {
+    view.brokers
+        .get(&me)
+        .is_some_and(|b| b.epoch.0 == epoch && !b.fenced)
+}
+
+/// Whether the view holds this broker's registration at `epoch`.
+pub fn knows_registration(
+    view: &crate::cluster_view::ClusterView,
+    me: BrokerId,
+    epoch: u64,
+) -> bool {
+    epoch != 0 && view.brokers.get(&me).is_some_and(|b| b.epoch.0 == epoch)
 }

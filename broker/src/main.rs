@@ -48,9 +48,13 @@ struct RunArgs {
     /// Host clients are told to connect to (default: the listen IP).
     #[arg(long)]
     advertised_host: Option<String>,
-    /// Controller endpoints, HOST:PORT,...: register and heartbeat with them.
+    /// Controller quorum endpoints, HOST:PORT,...: register with it and follow
+    /// its metadata. Without it the broker runs its own one-voter controller.
     #[arg(long)]
     controller: Option<String>,
+    /// Listener of the embedded controller (default: listen host, port + 65).
+    #[arg(long)]
+    embedded_controller_listen: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -69,7 +73,8 @@ enum Command {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,openraft=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -100,6 +105,7 @@ fn run_broker(args: RunArgs) -> ExitCode {
         admin_listen: args.admin_listen,
         advertised_host: args.advertised_host,
         controller: args.controller,
+        embedded_controller_listen: args.embedded_controller_listen,
         ..FileConfig::default()
     };
     let config = match BrokerConfig::from_file_config(file.merge(overrides)) {

@@ -1,7 +1,10 @@
-//! Running a broker: start one shard per configured core, open the partitions
-//! each owns, serve the main port (every shard, SO_REUSEPORT), each shard's own
-//! port, and the admin port (shard 0); on SIGTERM/SIGINT stop accepting, finish
-//! in-flight requests, flush and close every log.
+//! Running a broker: start the embedded one-voter controller when no quorum is
+//! configured, start one shard per configured core, follow the controller's
+//! metadata until it shows this broker registered and unfenced (each shard
+//! opening the replicas placed on it), then serve the main port (every shard,
+//! SO_REUSEPORT), each shard's own port, and the admin port (shard 0). On
+//! SIGTERM/SIGINT stop accepting, finish in-flight requests, flush and close
+//! every log, then stop the embedded controller.
 
 use std::rc::Rc;
 use std::sync::atomic::AtomicBool;
@@ -9,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::SystemClock;
-use crate::cluster_view::{ClusterView, MetadataStore};
 use crate::config::BrokerConfig;
 use crate::net;
 use crate::runtime::net::Listener;
@@ -26,8 +28,8 @@ pub enum ServerError {
     },
     #[error("data dir {0} is in use by another broker")]
     DataDirLocked(String),
-    #[error("topic metadata: {0}")]
-    Metadata(std::io::Error),
+    #[error("embedded controller: {0}")]
+    Controller(String),
     #[error("shard {shard}: {reason}")]
     Shard { shard: usize, reason: String },
     #[error("starting shards: {0}")]
@@ -50,20 +52,30 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     if lock.try_lock().is_err() {
         return Err(ServerError::DataDirLocked(dir));
     }
-    let view = MetadataStore::new(&config.data_dir)
-        .load()
-        .map_err(ServerError::Metadata)?;
+    let mut config = config;
+    let embedded = if config.controllers.is_empty() {
+        let embedded = start_embedded_controller(&config)?;
+        config.controllers = vec![embedded.listen.to_string()];
+        Some(embedded)
+    } else {
+        None
+    };
     let stop = Arc::new(AtomicBool::new(false));
     shards::stop_on_signals(&stop).map_err(ServerError::Start)?;
     let cpus: Vec<usize> = (0..config.cores).collect();
     let mesh_queue_max = config.mesh_queue_max;
-    tracing::info!(node_id = config.node_id, listen = %config.listen, shards = config.cores, data_dir = %dir, topics = view.topics.len(), "starting broker");
+    tracing::info!(node_id = config.node_id, listen = %config.listen, shards = config.cores, data_dir = %dir, controllers = ?config.controllers, "starting broker");
     let idle_spin = Duration::from_micros(config.idle_spin_us);
     let results = shards::run_shards(&cpus, mesh_queue_max, idle_spin, stop, move |ctx| {
-        let (config, view) = (config.clone(), view.clone());
-        async move { run_shard(ctx, config, view).await }
+        let config = config.clone();
+        async move { run_shard(ctx, config).await }
     })
     .map_err(ServerError::Start)?;
+    if let Some(embedded) = embedded {
+        embedded
+            .stop()
+            .map_err(|e| ServerError::Controller(format!("{e:#}")))?;
+    }
     drop(lock);
     results
         .into_iter()
@@ -72,10 +84,29 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     Ok(())
 }
 
+/// The one-voter controller of a broker without a quorum: same code as
+/// `ringlog-controller`, its Raft log under `DATA_DIR/controller`.
+fn start_embedded_controller(
+    config: &BrokerConfig,
+) -> Result<controller::process::Embedded, ServerError> {
+    let node_id = u64::try_from(config.node_id).expect("node id validated >= 0");
+    let listen = config.embedded_controller_listen.to_string();
+    let partial = controller::config::PartialConfig {
+        node_id: Some(node_id),
+        listen: Some(listen.clone()),
+        peers: Some(format!("{node_id}={listen}")),
+        data_dir: Some(config.data_dir.join("controller")),
+        ..controller::config::PartialConfig::default()
+    };
+    let controller_config = controller::config::ControllerConfig::validate(partial)
+        .map_err(|e| ServerError::Controller(e.to_string()))?;
+    controller::process::Embedded::spawn(controller_config)
+        .map_err(|e| ServerError::Controller(format!("{e:#}")))
+}
+
 async fn run_shard(
     ctx: ShardContext<MeshMessage>,
     config: BrokerConfig,
-    view: ClusterView,
 ) -> Result<(), ServerError> {
     let ShardContext {
         shard_id,
@@ -87,13 +118,11 @@ async fn run_shard(
         shard: shard_id,
         reason,
     };
-    let topics: Vec<_> = view.topics.values().cloned().collect();
     let mut shard = Shard::new(
         shard_id,
         shard_count,
         Rc::new(config.clone()),
         Rc::new(SystemClock),
-        view,
         mesh,
     );
     let receivers = shard.mesh_mut().take_receivers();
@@ -107,25 +136,37 @@ async fn run_shard(
         })
         .detach();
     }
-    shard
-        .open_owned(&topics)
-        .await
-        .map_err(|e| fail(format!("opening partitions: {e}")))?;
-    let main = Listener::bind(config.listen)
-        .map_err(|e| fail(format!("binding {}: {e}", config.listen)))?;
-    let shard_addr = std::net::SocketAddr::new(config.listen.ip(), config.shard_port(shard_id));
-    let own = Listener::bind(shard_addr).map_err(|e| fail(format!("binding {shard_addr}: {e}")))?;
-    let mut tasks = vec![
-        runtime::spawn(net::serve_listener(shard.clone(), main, "main")),
-        runtime::spawn(net::serve_listener(shard.clone(), own, "shard")),
-        runtime::spawn(shard.clone().run_maintenance()),
-    ];
-    if shard_id == METADATA_SHARD && !config.controllers.is_empty() {
-        tasks.push(runtime::spawn(crate::controller_link::run(
+    let mut tasks = Vec::new();
+    if shard_id == METADATA_SHARD {
+        tasks.push(runtime::spawn(crate::controller_link::run_session(
+            shard.clone(),
+            config.controllers.clone(),
+        )));
+        tasks.push(runtime::spawn(crate::controller_link::run_metadata(
             shard.clone(),
             config.controllers.clone(),
         )));
     }
+    // Serve only once the metadata says this broker is a live member: before
+    // that it would answer with an empty or stale picture of the cluster.
+    let waiting_since = std::time::Instant::now();
+    let mut last_note = waiting_since;
+    while !shard.is_serving() && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        runtime::timeout(Duration::from_millis(50), shard.serving.wait_at_least(1)).await;
+        if shard_id == METADATA_SHARD && last_note.elapsed() >= Duration::from_secs(5) {
+            last_note = std::time::Instant::now();
+            tracing::warn!(waited_ms = waiting_since.elapsed().as_millis() as u64, controllers = ?config.controllers, "still waiting for the controller to register and unfence this broker");
+        }
+    }
+    let main = Listener::bind(config.listen)
+        .map_err(|e| fail(format!("binding {}: {e}", config.listen)))?;
+    let shard_addr = std::net::SocketAddr::new(config.listen.ip(), config.shard_port(shard_id));
+    let own = Listener::bind(shard_addr).map_err(|e| fail(format!("binding {shard_addr}: {e}")))?;
+    tasks.extend([
+        runtime::spawn(net::serve_listener(shard.clone(), main, "main")),
+        runtime::spawn(net::serve_listener(shard.clone(), own, "shard")),
+        runtime::spawn(shard.clone().run_maintenance()),
+    ]);
     if shard_id == METADATA_SHARD {
         let admin = Listener::bind(config.admin_listen)
             .map_err(|e| fail(format!("binding {}: {e}", config.admin_listen)))?;

@@ -1,7 +1,10 @@
 //! One shard: the state a pinned core owns end to end (its partition replicas,
-//! their logs and fetch waiters, its batch cache, its copy of the cluster view,
-//! its metrics) and the typed operations other shards may ask of it through the
-//! mesh. Nothing here is shared across cores.
+//! their logs, roles and fetch waiters, its batch cache, its copy of the
+//! cluster view, its metrics) and the typed operations other shards may ask of
+//! it through the mesh. Nothing here is shared across cores. Which replicas a
+//! shard holds, and whether it leads them, follows from the controller's
+//! metadata: every update is applied to the view, then `reconcile` opens,
+//! re-roles or removes replicas to match.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -13,9 +16,10 @@ use protocol::{ErrorCode, LeaderEpoch, Offset};
 
 use crate::batch_cache::BatchCache;
 use crate::clock::Clock;
-use crate::cluster_view::{
-    partition_dir, topic_log_config, ClusterView, MetadataStore, TopicMeta, TopicSpec,
-};
+use controller::messages::MetadataUpdate;
+use controller::BrokerId;
+
+use crate::cluster_view::{partition_dir, topic_log_config, ClusterView, TopicSpec, ViewError};
 use crate::config::BrokerConfig;
 use crate::log::{LogError, PartitionLog};
 use crate::metrics::ShardMetrics;
@@ -161,14 +165,15 @@ pub enum ShardOp {
     Describe {
         key: PartitionKey,
     },
-    /// To shard 0, the metadata owner.
+    /// To shard 0, which forwards it to the controller.
     CreateTopics(Vec<TopicSpec>),
-    /// To shard 0, the metadata owner.
+    /// To shard 0, which forwards it to the controller.
     DeleteTopics(Vec<String>),
-    /// From shard 0 to every shard.
-    ApplyTopics {
-        created: Vec<TopicMeta>,
-        deleted: Vec<String>,
+    /// From shard 0 to every shard: a controller update, and this broker's
+    /// current registration epoch (0 before the first).
+    ApplyMetadata {
+        update: MetadataUpdate,
+        broker_epoch: u64,
     },
     RenderMetrics,
 }
@@ -198,16 +203,31 @@ pub enum MeshBody {
     Reply(ShardReply),
 }
 
+/// What this broker does for a partition, as the metadata says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Role {
+    pub leader: bool,
+    pub leader_epoch: i32,
+}
+
 /// A partition replica this shard owns.
 #[derive(Debug)]
 pub struct Replica {
+    pub topic_id: u64,
     pub log: Rc<PartitionLog>,
     /// The log end offset, for fetch long-polls to wait on.
     pub log_end: Watermark,
+    pub role: Cell<Role>,
 }
 
-/// The metadata shard: owner of topic admin until the controller arrives.
+/// The shard that talks to the controller and forwards topic admin.
 pub const METADATA_SHARD: usize = 0;
+/// How long a forwarded topic creation or deletion waits for the broker's own
+/// metadata to show it before answering.
+pub const TOPIC_PROPAGATION_MS_MAX: u64 = 5_000;
+/// The file in a partition directory naming the topic id it belongs to, so a
+/// re-created topic of the same name never adopts an old topic's data.
+pub const TOPIC_ID_FILE: &str = "topic.id";
 /// How often each replica's log does its periodic work.
 pub const LOG_MAINTENANCE_MS: u64 = 5;
 /// How often retention runs.
@@ -227,6 +247,17 @@ pub struct Shard {
     pending: RefCell<HashMap<u64, OneshotSender<ShardReply>>>,
     next_request_id: Cell<u64>,
     admin_gate: SerialGate,
+    /// Serialises applying metadata and reconciling replicas.
+    apply_gate: SerialGate,
+    /// The view version whose replicas are all reconciled.
+    reconciled_version: Cell<u64>,
+    /// This broker's registration epoch as last told to shard 0; 0 before.
+    pub broker_epoch: Cell<u64>,
+    /// The controller that last answered, tried first by admin forwarding.
+    pub controller_hint: RefCell<Option<String>>,
+    /// 1 once the metadata shows this broker registered and unfenced: the
+    /// shard then opens its listeners.
+    pub serving: Watermark,
     pub stopping: Cell<bool>,
 }
 
@@ -236,7 +267,6 @@ impl Shard {
         count: usize,
         config: Rc<BrokerConfig>,
         clock: Rc<dyn Clock>,
-        view: ClusterView,
         mesh: Mesh<MeshMessage>,
     ) -> Shard {
         let cache = BatchCache::new(config.batch_cache_bytes_max);
@@ -245,7 +275,7 @@ impl Shard {
             count,
             config,
             clock,
-            view: RefCell::new(view),
+            view: RefCell::new(ClusterView::default()),
             replicas: RefCell::new(HashMap::new()),
             cache: RefCell::new(cache),
             metrics: ShardMetrics::default(),
@@ -253,6 +283,11 @@ impl Shard {
             pending: RefCell::new(HashMap::new()),
             next_request_id: Cell::new(0),
             admin_gate: SerialGate::new(),
+            apply_gate: SerialGate::new(),
+            reconciled_version: Cell::new(0),
+            broker_epoch: Cell::new(0),
+            controller_hint: RefCell::new(None),
+            serving: Watermark::new(0),
             stopping: Cell::new(false),
         }
     }
@@ -261,40 +296,30 @@ impl Shard {
         &mut self.mesh
     }
 
-    /// The shard owning a partition, or `None` for an unknown topic/partition.
-    pub fn owner(&self, topic: &str, partition: i32) -> Option<usize> {
-        let view = self.view.borrow();
-        let meta = view.topic(topic)?;
-        (partition >= 0 && partition < meta.partitions)
-            .then(|| ClusterView::shard_for(meta.id, partition, self.count))
+    pub fn broker_id(&self) -> BrokerId {
+        BrokerId(u32::try_from(self.config.node_id).expect("node id validated >= 0"))
     }
 
-    /// Opens the logs of every partition of `topics` that this shard owns.
-    pub async fn open_owned(&self, topics: &[TopicMeta]) -> Result<(), LogError> {
-        for topic in topics {
-            let log_config = topic_log_config(&self.config.log, &topic.configs).map_err(|e| {
-                LogError::Config(crate::log::LogConfigError {
-                    field: "topic",
-                    reason: e.message,
-                })
-            })?;
-            for partition in 0..topic.partitions {
-                if ClusterView::shard_for(topic.id, partition, self.count) != self.id {
-                    continue;
-                }
-                let dir = partition_dir(&self.config.data_dir, &topic.name, partition);
-                let log = PartitionLog::open(&dir, log_config.clone(), self.clock.clone()).await?;
-                let log_end = Watermark::new(log.log_end_offset().0);
-                let key = PartitionKey {
-                    topic: topic.name.clone(),
-                    partition,
-                };
-                self.replicas
-                    .borrow_mut()
-                    .insert(key, Rc::new(Replica { log, log_end }));
-            }
-        }
-        Ok(())
+    /// Whether the metadata holds this broker's current registration.
+    pub fn has_caught_up(&self) -> bool {
+        crate::controller_link::knows_registration(
+            &self.view.borrow(),
+            self.broker_id(),
+            self.broker_epoch.get(),
+        )
+    }
+
+    pub fn is_serving(&self) -> bool {
+        self.serving.get() > 0
+    }
+
+    /// The shard of this broker holding a partition's replica.
+    pub fn owner(&self, topic: &str, partition: i32) -> Result<usize, OpError> {
+        self.view
+            .borrow()
+            .placement(self.broker_id(), topic, partition)
+            .map(|p| p.shard)
+            .map_err(|e| OpError::new(e.code, e.message))
     }
 
     fn replica(&self, key: &PartitionKey) -> Result<Rc<Replica>, OpError> {
@@ -304,6 +329,23 @@ impl Shard {
                 format!("{}-{} is not hosted here", key.topic, key.partition),
             )
         })
+    }
+
+    /// The replica, if this broker leads it: clients produce to and fetch
+    /// from leaders only.
+    fn leader_replica(&self, key: &PartitionKey) -> Result<(Rc<Replica>, Role), OpError> {
+        let replica = self.replica(key)?;
+        let role = replica.role.get();
+        if !role.leader {
+            return Err(OpError::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} does not lead {}-{}",
+                    self.config.node_id, key.topic, key.partition
+                ),
+            ));
+        }
+        Ok((replica, role))
     }
 
     /// Runs `op` on shard `to`: directly when it is this shard, else through the mesh.
@@ -381,8 +423,11 @@ impl Shard {
             ShardOp::Describe { key } => ShardReply::Describe(self.describe_local(&key)),
             ShardOp::CreateTopics(specs) => ShardReply::Admin(self.create_topics(specs).await),
             ShardOp::DeleteTopics(names) => ShardReply::Admin(self.delete_topics(names).await),
-            ShardOp::ApplyTopics { created, deleted } => {
-                self.apply_topics(created, deleted).await;
+            ShardOp::ApplyMetadata {
+                update,
+                broker_epoch,
+            } => {
+                self.apply_metadata(update, broker_epoch).await;
                 ShardReply::Applied
             }
             ShardOp::RenderMetrics => ShardReply::Metrics(self.render_metrics()),
@@ -395,21 +440,18 @@ impl Shard {
         batch: Bytes,
         acks: i16,
     ) -> Result<ProduceOutcome, OpError> {
-        let replica = self.replica(&key)?;
+        let (replica, role) = self.leader_replica(&key)?;
         if self.stopping.get() {
             return Err(OpError::new(
                 ErrorCode::ShuttingDown,
                 "broker is shutting down",
             ));
         }
-        let info = replica.log.append(&batch, LeaderEpoch(0)).await?;
-        self.cache.borrow_mut().insert(
-            &key,
-            info.base_offset,
-            info.log_end_offset,
-            LeaderEpoch(0),
-            batch,
-        );
+        let epoch = LeaderEpoch(role.leader_epoch);
+        let info = replica.log.append(&batch, epoch).await?;
+        self.cache
+            .borrow_mut()
+            .insert(&key, info.base_offset, info.log_end_offset, epoch, batch);
         replica.log_end.advance(info.log_end_offset.0);
         self.metrics
             .on_append(info.log_end_offset.0 - info.base_offset.0);
@@ -430,8 +472,8 @@ impl Shard {
         max_bytes: usize,
         wait_ms: u64,
     ) -> FetchOutcome {
-        let replica = match self.replica(key) {
-            Ok(r) => r,
+        let replica = match self.leader_replica(key) {
+            Ok((r, _)) => r,
             Err(e) => {
                 return FetchOutcome {
                     error: Some(e),
@@ -490,7 +532,7 @@ impl Shard {
         key: &PartitionKey,
         timestamp_ms: i64,
     ) -> Result<i64, OpError> {
-        let replica = self.replica(key)?;
+        let (replica, _) = self.leader_replica(key)?;
         match timestamp_ms {
             -2 => Ok(replica.log.log_start_offset().0),
             -1 => Ok(replica.log.log_end_offset().0),
@@ -522,102 +564,93 @@ impl Shard {
         }
     }
 
-    /// Shard 0 only: validates, persists and broadcasts new topics.
+    /// Shard 0 only: checks what it can, forwards the rest to the controller,
+    /// then waits until this broker's metadata shows each created topic.
     async fn create_topics(self: &Rc<Self>, specs: Vec<TopicSpec>) -> Vec<TopicOutcome> {
-        assert_eq!(
-            self.id, METADATA_SHARD,
-            "topic admin runs on the metadata shard"
-        );
+        assert_eq!(self.id, METADATA_SHARD, "topic admin runs on shard 0");
         let _gate = self.admin_gate.enter().await;
-        let mut next = self.view.borrow().clone();
-        let mut outcomes = Vec::new();
-        let mut created = Vec::new();
+        let mut outcomes: Vec<TopicOutcome> = Vec::with_capacity(specs.len());
+        let mut valid = Vec::new();
         for spec in specs {
-            match next.plan_create(&spec, &self.config.log, 1) {
-                Ok(topic) => {
-                    next.apply_create(topic.clone());
-                    created.push(topic);
-                    outcomes.push(TopicOutcome {
-                        name: spec.name,
-                        error: None,
-                    });
-                }
-                Err(e) => outcomes.push(TopicOutcome {
-                    name: spec.name,
-                    error: Some(OpError::new(e.code, e.message)),
-                }),
+            let error = spec
+                .validate(&self.config.log)
+                .err()
+                .map(|e| OpError::new(e.code, e.message));
+            if error.is_none() {
+                valid.push(spec.clone());
             }
+            outcomes.push(TopicOutcome {
+                name: spec.name,
+                error,
+            });
         }
-        self.persist_then_apply(&next, created, Vec::new(), outcomes)
-            .await
-    }
-
-    /// Shard 0 only: removes topics durably, then everywhere.
-    async fn delete_topics(self: &Rc<Self>, names: Vec<String>) -> Vec<TopicOutcome> {
-        assert_eq!(
-            self.id, METADATA_SHARD,
-            "topic admin runs on the metadata shard"
-        );
-        let _gate = self.admin_gate.enter().await;
-        let mut next = self.view.borrow().clone();
-        let mut outcomes = Vec::new();
-        let mut deleted = Vec::new();
-        for name in names {
-            if next.apply_delete(&name).is_some() {
-                deleted.push(name.clone());
-                outcomes.push(TopicOutcome { name, error: None });
-            } else {
-                outcomes.push(TopicOutcome {
-                    error: Some(OpError::new(
-                        ErrorCode::UnknownTopicOrPartition,
-                        format!("no topic {name}"),
-                    )),
-                    name,
-                });
-            }
-        }
-        self.persist_then_apply(&next, Vec::new(), deleted, outcomes)
-            .await
-    }
-
-    /// Persists the new view, then applies the change on every shard. If the
-    /// view cannot be persisted nothing changes, and every topic the request
-    /// would have changed reports the storage error.
-    async fn persist_then_apply(
-        self: &Rc<Self>,
-        next: &ClusterView,
-        created: Vec<TopicMeta>,
-        deleted: Vec<String>,
-        outcomes: Vec<TopicOutcome>,
-    ) -> Vec<TopicOutcome> {
-        if created.is_empty() && deleted.is_empty() {
-            return outcomes;
-        }
-        if let Err(e) = MetadataStore::new(&self.config.data_dir).save(next) {
-            tracing::error!(error = %e, "cannot persist topic metadata");
-            return outcomes
-                .into_iter()
-                .map(|o| TopicOutcome {
-                    error: Some(
-                        o.error.unwrap_or_else(|| {
-                            OpError::new(ErrorCode::StorageError, e.to_string())
-                        }),
-                    ),
-                    ..o
-                })
+        if !valid.is_empty() {
+            let forwarded = crate::controller_link::forward_create(self, &valid).await;
+            let created: Vec<String> = forwarded
+                .iter()
+                .filter(|o| o.error.is_none())
+                .map(|o| o.name.clone())
                 .collect();
+            merge_outcomes(&mut outcomes, forwarded);
+            self.await_view(|view| created.iter().all(|name| view.topic(name).is_some()))
+                .await;
         }
-        self.broadcast_apply(created, deleted).await;
         outcomes
     }
 
-    async fn broadcast_apply(self: &Rc<Self>, created: Vec<TopicMeta>, deleted: Vec<String>) {
+    /// Shard 0 only: forwards deletions, then waits until this broker's
+    /// metadata no longer shows them.
+    async fn delete_topics(self: &Rc<Self>, names: Vec<String>) -> Vec<TopicOutcome> {
+        assert_eq!(self.id, METADATA_SHARD, "topic admin runs on shard 0");
+        let _gate = self.admin_gate.enter().await;
+        let outcomes = crate::controller_link::forward_delete(self, &names).await;
+        let deleted: Vec<String> = outcomes
+            .iter()
+            .filter(|o| o.error.is_none())
+            .map(|o| o.name.clone())
+            .collect();
+        self.await_view(|view| deleted.iter().all(|name| view.topic(name).is_none()))
+            .await;
+        outcomes
+    }
+
+    /// Waits, bounded, until `done` holds for this shard's view and its
+    /// replicas match that view. Shard 0 applies an update last, so then
+    /// every shard has it.
+    async fn await_view(&self, done: impl Fn(&ClusterView) -> bool) {
+        let deadline = Instant::now() + Duration::from_millis(TOPIC_PROPAGATION_MS_MAX);
+        while Instant::now() < deadline {
+            {
+                let view = self.view.borrow();
+                if done(&view) && self.reconciled_version.get() >= view.version.0 {
+                    return;
+                }
+            }
+            runtime::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Shard 0 only: applies a controller update on every other shard, then
+    /// here. The update is checked against a copy first, so a bad one is
+    /// refused before any shard changes.
+    pub async fn publish_metadata(self: Rc<Self>, update: MetadataUpdate) -> Result<(), ViewError> {
+        assert_eq!(self.id, METADATA_SHARD, "metadata arrives on shard 0");
+        let mut check = self.view.borrow().clone();
+        check.apply(update.clone())?;
+        let broker_epoch = self.broker_epoch.get();
         let calls: Vec<_> = (0..self.count)
+            .filter(|&to| to != self.id)
             .map(|to| {
-                let (shard, created, deleted) = (self.clone(), created.clone(), deleted.clone());
+                let (shard, update) = (self.clone(), update.clone());
                 runtime::spawn(async move {
                     shard
-                        .call(to, ShardOp::ApplyTopics { created, deleted })
+                        .call(
+                            to,
+                            ShardOp::ApplyMetadata {
+                                update,
+                                broker_epoch,
+                            },
+                        )
                         .await
                 })
             })
@@ -625,36 +658,144 @@ impl Shard {
         for call in calls {
             call.await;
         }
+        self.apply_metadata(update, broker_epoch).await;
+        Ok(())
     }
 
-    async fn apply_topics(&self, created: Vec<TopicMeta>, deleted: Vec<String>) {
-        for name in &deleted {
-            self.view.borrow_mut().apply_delete(name);
-            let keys: Vec<PartitionKey> = self
-                .replicas
-                .borrow()
-                .keys()
-                .filter(|k| &k.topic == name)
-                .cloned()
-                .collect();
-            for key in keys {
-                let replica = self.replicas.borrow_mut().remove(&key);
-                self.cache.borrow_mut().remove_partition(&key);
-                if let Some(replica) = replica {
-                    if let Err(e) = replica.log.close().await {
-                        tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "closing a deleted partition failed");
+    async fn apply_metadata(&self, update: MetadataUpdate, broker_epoch: u64) {
+        let _gate = self.apply_gate.enter().await;
+        if let Err(e) = self.view.borrow_mut().apply(update) {
+            // Shard 0 checked this update against the same view.
+            panic!(
+                "shard {}: metadata update refused after check: {e}",
+                self.id
+            );
+        }
+        self.reconcile().await;
+        self.reconciled_version.set(self.view.borrow().version.0);
+        let me = self.broker_id();
+        if !self.is_serving()
+            && crate::controller_link::is_registered_and_unfenced(
+                &self.view.borrow(),
+                me,
+                broker_epoch,
+            )
+        {
+            self.serving.advance(1);
+        }
+    }
+
+    /// Makes this shard's replicas match the view: opens replicas placed
+    /// here, updates roles, and removes replicas of deleted topics.
+    async fn reconcile(&self) {
+        let me = self.broker_id();
+        let mut wanted: HashMap<PartitionKey, (u64, Role, crate::log::LogConfig)> = HashMap::new();
+        {
+            let view = self.view.borrow();
+            for topic in view.topics.values() {
+                let log_config = match topic_log_config(&self.config.log, &topic.config) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::error!(topic = %topic.name, error = %e.message, "topic config unusable here; not hosting it");
+                        continue;
                     }
-                    if let Err(e) = std::fs::remove_dir_all(replica.log.dir()) {
-                        tracing::warn!(error = %e, dir = %replica.log.dir().display(), "removing a deleted partition failed");
+                };
+                for (index, partition) in topic.partitions.iter().enumerate() {
+                    let Some(replica) = partition.replica_on(me) else {
+                        continue;
+                    };
+                    if usize::from(replica.shard.0) != self.id {
+                        continue;
                     }
+                    let key = PartitionKey {
+                        topic: topic.name.clone(),
+                        partition: i32::try_from(index).expect("partition count bounded"),
+                    };
+                    let role = Role {
+                        leader: partition.leader == Some(me),
+                        leader_epoch: partition.leader_epoch.0,
+                    };
+                    wanted.insert(key, (topic.id.0, role, log_config.clone()));
                 }
             }
         }
-        for topic in &created {
-            self.view.borrow_mut().apply_create(topic.clone());
+        let gone: Vec<PartitionKey> = self
+            .replicas
+            .borrow()
+            .iter()
+            .filter(|(k, r)| wanted.get(*k).is_none_or(|(id, _, _)| *id != r.topic_id))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in gone {
+            self.remove_replica(&key).await;
         }
-        if let Err(e) = self.open_owned(&created).await {
-            tracing::error!(error = %e, "opening new partitions failed");
+        for (key, (topic_id, role, log_config)) in wanted {
+            let existing = self.replicas.borrow().get(&key).cloned();
+            match existing {
+                Some(replica) => {
+                    if replica.role.get() != role {
+                        tracing::info!(topic = %key.topic, partition = key.partition, leader = role.leader, leader_epoch = role.leader_epoch, "replica role changed");
+                        replica.role.set(role);
+                    }
+                }
+                None => match self.open_replica(&key, topic_id, log_config).await {
+                    Ok(log) => {
+                        let log_end = Watermark::new(log.log_end_offset().0);
+                        let replica = Replica {
+                            topic_id,
+                            log,
+                            log_end,
+                            role: Cell::new(role),
+                        };
+                        self.replicas.borrow_mut().insert(key, Rc::new(replica));
+                    }
+                    Err(e) => {
+                        self.metrics.on_storage_error();
+                        tracing::error!(topic = %key.topic, partition = key.partition, error = %e, "cannot open replica");
+                    }
+                },
+            }
+        }
+    }
+
+    /// Opens (or creates) a replica's log, first removing a directory left by
+    /// an older topic of the same name.
+    async fn open_replica(
+        &self,
+        key: &PartitionKey,
+        topic_id: u64,
+        log_config: crate::log::LogConfig,
+    ) -> Result<Rc<PartitionLog>, LogError> {
+        let dir = partition_dir(&self.config.data_dir, &key.topic, key.partition);
+        let marker = dir.join(TOPIC_ID_FILE);
+        match std::fs::read_to_string(&marker) {
+            Ok(text) if text.trim() == topic_id.to_string() => {}
+            Ok(text) => {
+                tracing::warn!(dir = %dir.display(), old_topic_id = %text.trim(), topic_id, "removing the data of a deleted topic of the same name");
+                std::fs::remove_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LogError::io(&marker, e)),
+        }
+        let log = PartitionLog::open(&dir, log_config, self.clock.clone()).await?;
+        if !marker.exists() {
+            write_durably(&marker, topic_id.to_string().as_bytes())
+                .map_err(|e| LogError::io(&marker, e))?;
+        }
+        Ok(log)
+    }
+
+    async fn remove_replica(&self, key: &PartitionKey) {
+        let replica = self.replicas.borrow_mut().remove(key);
+        self.cache.borrow_mut().remove_partition(key);
+        if let Some(replica) = replica {
+            tracing::info!(topic = %key.topic, partition = key.partition, "removing replica");
+            if let Err(e) = replica.log.close().await {
+                tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "closing a removed replica failed");
+            }
+            if let Err(e) = std::fs::remove_dir_all(replica.log.dir()) {
+                tracing::warn!(error = %e, dir = %replica.log.dir().display(), "removing a replica's data failed");
+            }
         }
     }
 
@@ -719,4 +860,28 @@ impl Shard {
         self.metrics
             .render(self.id, &partitions, self.cache.borrow().size_bytes())
     }
+}
+
+/// Puts the controller's answers for the forwarded topics into `outcomes`.
+fn merge_outcomes(outcomes: &mut [TopicOutcome], forwarded: Vec<TopicOutcome>) {
+    for answer in forwarded {
+        if let Some(slot) = outcomes
+            .iter_mut()
+            .find(|o| o.name == answer.name && o.error.is_none())
+        {
+            slot.error = answer.error;
+        }
+    }
+}
+
+/// Small files written rarely: temp file, fsync, rename, fsync directory.
+fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().expect("file in a directory");
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_data()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
 }

@@ -14,6 +14,7 @@ pub mod ids;
 pub mod messages;
 pub mod node;
 pub mod placement;
+pub mod process;
 pub mod raft_network;
 pub mod records;
 pub mod server;

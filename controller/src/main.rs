@@ -8,11 +8,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use controller::config::{ControllerConfig, PartialConfig};
-use controller::service::ControllerService;
-use controller::{fencer, node, server};
-use tokio::net::TcpListener;
+use controller::process;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::watch;
 
 /// Runs one controller of Ringlog's metadata quorum.
 #[derive(Debug, Parser)]
@@ -80,44 +77,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: ControllerConfig) -> anyhow::Result<()> {
-    tracing::info!(node_id = config.node_id, listen = %config.listen, peers = ?config.peers, "starting controller");
-    let node = node::start(&config).await.context("start raft node")?;
-    tracing::info!(recovery = ?node.recovery, "stores opened");
-    let listener = TcpListener::bind(&config.listen)
-        .await
-        .with_context(|| format!("listen on {}", config.listen))?;
-    let service = ControllerService::new(
-        config.node_id,
-        node.raft.clone(),
-        node.state_machine.clone(),
-        config.session_timeout_ms,
-    );
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let server_task = tokio::spawn(server::serve(
-        listener,
-        service.clone(),
-        shutdown_rx.clone(),
-    ));
-    let fencer_task = tokio::spawn(fencer::run(service.clone(), shutdown_rx));
-    if node::bootstrap(&node, &config).await.context("bootstrap")? {
-        tracing::info!(voters = ?config.peers, "initialized a new quorum");
-    }
-
+    let running = process::start(&config).await?;
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
     tokio::select! {
         _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
     }
-
-    shutdown_tx.send_replace(true);
-    fencer_task.await.context("fencer task")?;
-    server_task.await.context("server task")?;
-    drop(service);
-    node.raft
-        .shutdown()
-        .await
-        .map_err(|e| anyhow::anyhow!("raft shutdown: {e}"))?;
-    tracing::info!("stopped");
-    Ok(())
+    running.stop().await
 }

@@ -1,6 +1,6 @@
-//! Topic admin: create, delete, list, describe. Creation and deletion run on
-//! the metadata shard, which persists the change and applies it on every shard
-//! before answering.
+//! Topic admin: create, delete, list, describe. Creation and deletion go to
+//! shard 0, which forwards them to the controller and answers once this
+//! broker's metadata shows the change; list and describe read the metadata.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -9,7 +9,7 @@ use protocol::flatbuffers::FlatBufferBuilder;
 use protocol::{wire, ErrorCode};
 
 use super::{finish, parse, HandlerResult, Reply};
-use crate::cluster_view::{ClusterView, TopicSpec, TOPIC_CONFIGS_MAX};
+use crate::cluster_view::{TopicSpec, TOPIC_CONFIGS_MAX};
 use crate::shard::{PartitionKey, Shard, ShardOp, ShardReply, TopicOutcome, METADATA_SHARD};
 
 /// Topics in one create or delete request.
@@ -133,8 +133,8 @@ pub(super) fn list_topics(shard: &Rc<Shard>) -> HandlerResult {
                 &mut fbb,
                 &wire::TopicSummaryArgs {
                     name: Some(name),
-                    partitions: t.partitions,
-                    replication_factor: t.replication_factor,
+                    partitions: i32::try_from(t.partition_count()).expect("bounded"),
+                    replication_factor: i16::try_from(t.replication_factor).unwrap_or(i16::MAX),
                 },
             )
         })
@@ -174,25 +174,49 @@ pub(super) async fn describe_topic(shard: &Rc<Shard>, body: &[u8]) -> HandlerRes
             payload: Vec::new(),
         });
     };
-    let mut details = Vec::with_capacity(meta.partitions as usize);
-    for partition in 0..meta.partitions {
-        let owner = ClusterView::shard_for(meta.id, partition, shard.count);
+    let mut details = Vec::with_capacity(meta.partition_count());
+    let me = shard.broker_id();
+    for (index, record) in meta.partitions.iter().enumerate() {
+        let partition = i32::try_from(index).expect("partition count bounded");
         let key = PartitionKey {
             topic: name.clone(),
             partition,
         };
-        let ShardReply::Describe(detail) = shard.call(owner, ShardOp::Describe { key }).await
-        else {
-            return Err("unexpected reply".into());
+        // Log details come from this broker's replica, when it holds one.
+        let (owner, detail) = match record.replica_on(me) {
+            Some(replica) => {
+                let owner = usize::from(replica.shard.0);
+                let ShardReply::Describe(detail) =
+                    shard.call(owner, ShardOp::Describe { key }).await
+                else {
+                    return Err("unexpected reply".into());
+                };
+                (owner, detail)
+            }
+            None => (
+                record
+                    .leader
+                    .and_then(|l| record.replica_on(l))
+                    .map_or(0, |r| usize::from(r.shard.0)),
+                crate::shard::PartitionDetail {
+                    error: Some(crate::shard::OpError::new(
+                        ErrorCode::NotLeaderOrFollower,
+                        format!("broker {me} holds no replica"),
+                    )),
+                    ..Default::default()
+                },
+            ),
         };
         details.push(wire::PartitionDescription::create(
             &mut fbb,
             &wire::PartitionDescriptionArgs {
                 partition,
                 error_code: detail.error.map_or(0, |e| e.code.code()),
-                leader: shard.config.node_id,
-                leader_epoch: 0,
-                shard: owner as u16,
+                leader: record
+                    .leader
+                    .map_or(-1, |b| i32::try_from(b.0).unwrap_or(i32::MAX)),
+                leader_epoch: record.leader_epoch.0,
+                shard: u16::try_from(owner).expect("shard count bounded"),
                 log_start_offset: detail.log_start_offset,
                 log_end_offset: detail.log_end_offset,
                 high_watermark: detail.high_watermark,
@@ -201,7 +225,7 @@ pub(super) async fn describe_topic(shard: &Rc<Shard>, body: &[u8]) -> HandlerRes
         ));
     }
     let configs: Vec<_> = meta
-        .configs
+        .config
         .iter()
         .map(|(k, v)| {
             let (key, value) = (fbb.create_string(k), fbb.create_string(v));
@@ -222,8 +246,8 @@ pub(super) async fn describe_topic(shard: &Rc<Shard>, body: &[u8]) -> HandlerRes
             error_code: 0,
             error_message: None,
             name: Some(fb_name),
-            partitions: meta.partitions,
-            replication_factor: meta.replication_factor,
+            partitions: i32::try_from(meta.partition_count()).expect("bounded"),
+            replication_factor: i16::try_from(meta.replication_factor).unwrap_or(i16::MAX),
             configs: Some(configs),
             partition_details: Some(details),
         },

@@ -31,17 +31,17 @@ async fn fetch_one(
     max_bytes: usize,
     wait_ms: u64,
 ) -> FetchOutcome {
-    let Some(owner) = shard.owner(&key.topic, key.partition) else {
-        return FetchOutcome {
-            error: Some(OpError::new(
-                ErrorCode::UnknownTopicOrPartition,
-                "unknown partition",
-            )),
-            high_watermark: -1,
-            log_start_offset: -1,
-            log_end_offset: -1,
-            records: Default::default(),
-        };
+    let owner = match shard.owner(&key.topic, key.partition) {
+        Ok(owner) => owner,
+        Err(e) => {
+            return FetchOutcome {
+                error: Some(e),
+                high_watermark: -1,
+                log_start_offset: -1,
+                log_end_offset: -1,
+                records: Default::default(),
+            }
+        }
     };
     match shard
         .call(

@@ -29,11 +29,8 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
             }
             let index = partition.partition();
             let result = match shard.owner(&name, index) {
-                None => Err(OpError::new(
-                    ErrorCode::UnknownTopicOrPartition,
-                    "unknown partition",
-                )),
-                Some(owner) => match shard
+                Err(e) => Err(e),
+                Ok(owner) => match shard
                     .call(
                         owner,
                         ShardOp::ListOffset {

@@ -55,12 +55,7 @@ pub(super) async fn handle(
             tasks.push((
                 index,
                 runtime::spawn(async move {
-                    let Some(owner) = owner else {
-                        return Err(OpError::new(
-                            ErrorCode::UnknownTopicOrPartition,
-                            format!("no partition {}-{}", key.topic, key.partition),
-                        ));
-                    };
+                    let owner = owner?;
                     match shard
                         .call(owner, ShardOp::Produce { key, batch, acks })
                         .await

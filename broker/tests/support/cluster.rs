@@ -13,7 +13,7 @@ use protocol::flatbuffers::FlatBufferBuilder;
 use protocol::frame::{decode_response, encode_request, RequestHeader};
 use protocol::{wire, ApiKey, ErrorCode};
 
-/// Finds a port P such that P, the shard ports after it and P + 64 are free.
+/// Finds a port P such that P, the shard ports after it and P + 64 (admin) and P + 65 (embedded controller) are free.
 pub fn free_port_block(shards: u16) -> u16 {
     for _ in 0..200 {
         let probe = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -22,7 +22,10 @@ pub fn free_port_block(shards: u16) -> u16 {
         if port > 60_000 {
             continue;
         }
-        let ports: Vec<u16> = (0..=shards).map(|i| port + i).chain([port + 64]).collect();
+        let ports: Vec<u16> = (0..=shards)
+            .map(|i| port + i)
+            .chain([port + 64, port + 65])
+            .collect();
         if ports
             .iter()
             .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
@@ -68,7 +71,7 @@ impl Broker {
             .arg("--data-dir")
             .arg(data_dir)
             .args(extra)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", "info,openraft=warn")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -29,7 +29,7 @@ fn broker_binary() -> &'static PathBuf {
     })
 }
 
-/// A free port P with P+1..=P+shards and P+64 free too.
+/// A free port P with P+1..=P+shards and P+64, P+65 free too.
 pub fn free_port_block(shards: u16) -> u16 {
     for _ in 0..200 {
         let port = TcpListener::bind("127.0.0.1:0")
@@ -42,7 +42,7 @@ pub fn free_port_block(shards: u16) -> u16 {
         }
         if (0..=shards)
             .map(|i| port + i)
-            .chain([port + 64])
+            .chain([port + 64, port + 65])
             .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
         {
             return port;
