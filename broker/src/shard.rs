@@ -208,6 +208,8 @@ pub enum MeshBody {
 pub struct Role {
     pub leader: bool,
     pub leader_epoch: i32,
+    /// In-sync replicas, this one included.
+    pub isr_size: usize,
 }
 
 /// A partition replica this shard owns.
@@ -445,6 +447,18 @@ impl Shard {
             return Err(OpError::new(
                 ErrorCode::ShuttingDown,
                 "broker is shutting down",
+            ));
+        }
+        if acks == -1 && role.isr_size > 1 {
+            // Followers do not copy from leaders yet, so no record of this
+            // partition can be on the whole ISR: refuse rather than ack a
+            // write that one broker's loss would undo.
+            return Err(OpError::new(
+                ErrorCode::NotEnoughReplicas,
+                format!(
+                    "acks=all on {}-{} needs its {} in-sync replicas, and replication to followers is not available yet",
+                    key.topic, key.partition, role.isr_size
+                ),
             ));
         }
         let epoch = LeaderEpoch(role.leader_epoch);
@@ -714,6 +728,7 @@ impl Shard {
                     let role = Role {
                         leader: partition.leader == Some(me),
                         leader_epoch: partition.leader_epoch.0,
+                        isr_size: partition.isr.len(),
                     };
                     wanted.insert(key, (topic.id.0, role, log_config.clone()));
                 }

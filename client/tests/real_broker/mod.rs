@@ -61,18 +61,32 @@ pub struct RealBroker {
 
 impl RealBroker {
     pub fn start(data_dir: &Path, port: u16) -> RealBroker {
+        RealBroker::start_node(data_dir, port, 1, 2, &[])
+    }
+
+    /// Starts broker `node_id` with `cores` shards and extra flags (such as
+    /// `--controller`), and waits until its main and shard ports accept.
+    pub fn start_node(
+        data_dir: &Path,
+        port: u16,
+        node_id: u32,
+        cores: u16,
+        extra: &[&str],
+    ) -> RealBroker {
         let log_path = data_dir.with_extension(format!("{port}.log"));
         let child = Command::new(broker_binary())
             .args([
                 "--node-id",
-                "1",
+                &node_id.to_string(),
                 "--cores",
-                "2",
+                &cores.to_string(),
                 "--listen",
                 &format!("127.0.0.1:{port}"),
             ])
             .arg("--data-dir")
             .arg(data_dir)
+            .args(extra)
+            .env("RUST_LOG", "info,openraft=warn")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()
@@ -83,8 +97,8 @@ impl RealBroker {
             data_dir: data_dir.to_path_buf(),
             log_path,
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !(0..=2).all(|i| TcpStream::connect(("127.0.0.1", port + i)).is_ok()) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(0..=cores).all(|i| TcpStream::connect(("127.0.0.1", port + i)).is_ok()) {
             assert!(
                 Instant::now() < deadline,
                 "broker not ready:\n{}",

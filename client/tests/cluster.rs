@@ -1,0 +1,374 @@
+//! Three controllers and three brokers on 127.0.0.1, all real processes.
+//! A topic created through one broker is forwarded to the controller, placed
+//! over all brokers, and every broker then answers the same metadata; the
+//! client produces to each partition's leader wherever it is. Kill -9 of a
+//! broker gives each partition it led a new leader from its ISR with a higher
+//! leader epoch; restarted, it registers again. Kill -9 of the Raft leader
+//! controller: a new one is elected and a topic can be created within 10 s,
+//! while produce keeps working throughout.
+//!
+//! `RINGLOG_FAILOVER_ROUNDS=N` repeats the broker kill/restart N times and
+//! prints the median time to new leaders (default 1 round).
+
+mod real_broker;
+mod real_quorum;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use client::{Acks, Admin, ClientConfig, Cluster, ClusterMetadata, Producer, ProducerConfig};
+use real_broker::{free_port_block, RealBroker};
+use real_quorum::Quorum;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 6;
+const SESSION_TIMEOUT_MS: u64 = 2_000;
+const CORES: u16 = 1;
+
+struct Brokers {
+    brokers: Vec<Option<RealBroker>>,
+    ports: Vec<u16>,
+    dirs: Vec<std::path::PathBuf>,
+    controllers: String,
+}
+
+impl Brokers {
+    fn start(root: &std::path::Path, controllers: String) -> Brokers {
+        let mut brokers = Brokers {
+            brokers: Vec::new(),
+            ports: Vec::new(),
+            dirs: Vec::new(),
+            controllers,
+        };
+        for id in 1..=3u32 {
+            brokers.ports.push(free_port_block(CORES));
+            brokers.dirs.push(root.join(format!("b{id}")));
+            brokers.brokers.push(None);
+            brokers.restart(id);
+        }
+        brokers
+    }
+
+    fn restart(&mut self, id: u32) {
+        let i = (id - 1) as usize;
+        self.brokers[i] = Some(RealBroker::start_node(
+            &self.dirs[i],
+            self.ports[i],
+            id,
+            CORES,
+            &["--controller", &self.controllers],
+        ));
+    }
+
+    fn kill9(&mut self, id: u32) {
+        if let Some(mut broker) = self.brokers[(id - 1) as usize].take() {
+            broker.kill9();
+        }
+    }
+
+    fn bootstrap(&self, id: u32) -> String {
+        format!("127.0.0.1:{}", self.ports[(id - 1) as usize])
+    }
+
+    fn logs(&self) -> String {
+        self.brokers
+            .iter()
+            .flatten()
+            .map(|b| b.log())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    }
+}
+
+/// (leader, leader epoch, isr) per partition of `topic`.
+fn leaders(metadata: &ClusterMetadata, topic: &str) -> BTreeMap<i32, (i32, i32, Vec<i32>)> {
+    metadata
+        .topic(topic)
+        .map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (p.partition, (p.leader, p.leader_epoch, p.isr.clone())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn metadata_from(bootstrap: &str) -> Option<std::sync::Arc<ClusterMetadata>> {
+    let config = ClientConfig {
+        metadata_attempts_max: 1,
+        ..ClientConfig::default()
+    };
+    let cluster = Cluster::connect(bootstrap, config).await.ok()?;
+    Some(cluster.metadata())
+}
+
+/// Produces one keyed record per partition with acks=1 and returns the offsets.
+async fn produce_each(bootstrap: &str, topic: &str, tag: &str) -> BTreeMap<i32, i64> {
+    let config = ProducerConfig {
+        acks: Acks::Leader,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::connect(bootstrap, ClientConfig::default(), config)
+        .await
+        .expect("producer connects");
+    let mut deliveries = Vec::new();
+    for partition in 0..PARTITIONS {
+        let record = client::ProducerRecord {
+            topic: topic.into(),
+            partition: Some(partition),
+            key: Some(Bytes::from(format!("k{partition}"))),
+            value: Some(Bytes::from(format!("{tag}-{partition}"))),
+            ..Default::default()
+        };
+        deliveries.push(producer.enqueue(record).await.expect("enqueued"));
+    }
+    let mut offsets = BTreeMap::new();
+    for delivery in deliveries {
+        let (partition, offset) = delivery.await.expect("delivered to the leader");
+        offsets.insert(partition, offset);
+    }
+    producer.close().await.unwrap();
+    offsets
+}
+
+fn median(mut values: Vec<u128>) -> u128 {
+    values.sort();
+    values[values.len() / 2]
+}
+
+#[test]
+fn three_controllers_three_brokers_fail_over() {
+    let root = tempfile::tempdir().unwrap();
+    let session = SESSION_TIMEOUT_MS.to_string();
+    let mut quorum = Quorum::start(&["--session-timeout-ms", &session]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(quorum.leader(Duration::from_secs(20)));
+    let mut brokers = Brokers::start(root.path(), quorum.controller_list());
+
+    // Topic admin through broker 1 is forwarded to the controller leader.
+    runtime.block_on(async {
+        let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
+            .await
+            .unwrap();
+        admin
+            .create_topic(TOPIC, PARTITIONS, 3, &[])
+            .await
+            .unwrap_or_else(|e| panic!("create: {e}\n{}", brokers.logs()));
+    });
+
+    // Every broker answers the same placement: three replicas each, a leader
+    // per partition, leadership spread over all three brokers.
+    let placement = runtime.block_on(async {
+        let mut seen = Vec::new();
+        for id in 1..=3 {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let metadata = metadata_from(&brokers.bootstrap(id)).await;
+                let view = metadata.as_deref().map(|m| leaders(m, TOPIC));
+                if let Some(view) = view.filter(|v| v.len() == PARTITIONS as usize) {
+                    seen.push(view);
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "broker {id} never showed {TOPIC}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        assert!(
+            seen.windows(2).all(|w| w[0] == w[1]),
+            "brokers agree: {seen:?}"
+        );
+        seen.remove(0)
+    });
+    let mut led_by: BTreeMap<i32, usize> = BTreeMap::new();
+    for (leader, epoch, isr) in placement.values() {
+        assert!(*leader >= 1 && *epoch >= 0, "{placement:?}");
+        assert_eq!(isr.len(), 3, "{placement:?}");
+        *led_by.entry(*leader).or_default() += 1;
+    }
+    assert_eq!(led_by.len(), 3, "every broker leads some: {placement:?}");
+
+    // The client finds each partition's leader, wherever it is.
+    let _placement = placement;
+    let first = runtime.block_on(produce_each(&brokers.bootstrap(1), TOPIC, "before"));
+    assert_eq!(first.len(), PARTITIONS as usize);
+
+    // acks=all cannot be met while followers do not copy data: refused, not
+    // acknowledged.
+    runtime.block_on(async {
+        let config = ProducerConfig {
+            acks: Acks::All,
+            retries_max: 0,
+            ..ProducerConfig::default()
+        };
+        let producer = Producer::connect(&brokers.bootstrap(1), ClientConfig::default(), config)
+            .await
+            .unwrap();
+        let record = client::ProducerRecord {
+            topic: TOPIC.into(),
+            partition: Some(0),
+            value: Some(Bytes::from_static(b"all")),
+            ..Default::default()
+        };
+        let delivery = producer.enqueue(record).await.unwrap().await;
+        assert!(
+            matches!(
+                &delivery,
+                Err(client::ClientError::Broker {
+                    code: protocol::ErrorCode::NotEnoughReplicas,
+                    ..
+                })
+            ),
+            "{delivery:?}"
+        );
+    });
+
+    let rounds: usize = std::env::var("RINGLOG_FAILOVER_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let mut failover_ms = Vec::new();
+    for round in 0..rounds {
+        // Followers do not copy data yet, so an ISR never grows back after a
+        // broker returns: each round uses a fresh topic with a full ISR.
+        let topic = format!("{TOPIC}-{round}");
+        let before = runtime.block_on(async {
+            let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
+                .await
+                .unwrap();
+            admin
+                .create_topic(&topic, PARTITIONS, 3, &[])
+                .await
+                .unwrap();
+            let metadata = metadata_from(&brokers.bootstrap(1)).await.unwrap();
+            leaders(&metadata, &topic)
+        });
+        // Kill -9 a broker that leads something.
+        let victim = before[&0].0 as u32;
+        let witness = if victim == 1 { 2 } else { 1 };
+        let led: Vec<i32> = before
+            .iter()
+            .filter(|(_, (l, _, _))| *l == victim as i32)
+            .map(|(p, _)| *p)
+            .collect();
+        brokers.kill9(victim);
+        let killed_at = Instant::now();
+        let after = runtime.block_on(async {
+            let deadline = killed_at + Duration::from_millis(SESSION_TIMEOUT_MS + 8_000);
+            loop {
+                let now = metadata_from(&brokers.bootstrap(witness))
+                    .await
+                    .map(|m| leaders(&m, &topic))
+                    .unwrap_or_default();
+                let moved = led.iter().all(|p| {
+                    now.get(p).is_some_and(|(leader, epoch, _)| {
+                        let (_, old_epoch, old_isr) = &before[p];
+                        *leader != victim as i32
+                            && *leader >= 1
+                            && old_isr.contains(leader)
+                            && epoch > old_epoch
+                    })
+                });
+                if moved {
+                    return now;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: partitions {led:?} of broker {victim} got no new leader: {now:?}\n{}",
+                    brokers.logs()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        let elapsed = killed_at.elapsed().as_millis();
+        failover_ms.push(elapsed);
+        eprintln!(
+            "round {round}: broker {victim} killed; its {} partitions had new leaders after {elapsed} ms",
+            led.len()
+        );
+        for (p, (leader, _, isr)) in &after {
+            assert_ne!(*leader, victim as i32, "partition {p}");
+            assert!(
+                !isr.contains(&(victim as i32)),
+                "fenced broker left the ISR of {p}"
+            );
+        }
+        // Produce still reaches every partition, now on the survivors.
+        let offsets = runtime.block_on(produce_each(&brokers.bootstrap(witness), &topic, "during"));
+        assert_eq!(offsets.len(), PARTITIONS as usize);
+
+        // Restarted, it registers again and is a live broker in the metadata.
+        let old_epoch = runtime
+            .block_on(quorum.describe())
+            .and_then(|d| d.brokers.into_iter().find(|b| b.id == victim))
+            .map(|b| b.epoch)
+            .unwrap();
+        brokers.restart(victim);
+        runtime.block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                let back = quorum
+                    .describe()
+                    .await
+                    .and_then(|d| d.brokers.into_iter().find(|b| b.id == victim))
+                    .is_some_and(|b| !b.fenced && b.epoch > old_epoch);
+                let listed = metadata_from(&brokers.bootstrap(witness))
+                    .await
+                    .is_some_and(|m| m.broker(victim as i32).is_some());
+                if back && listed {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "broker {victim} not registered again"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+    }
+    if rounds > 1 {
+        eprintln!(
+            "broker kill -9 to new leaders: median {} ms over {rounds} rounds ({failover_ms:?}), session timeout {SESSION_TIMEOUT_MS} ms",
+            median(failover_ms.clone())
+        );
+    }
+
+    // Kill -9 the Raft leader controller: the data plane keeps serving, and a
+    // new controller leader takes topic creation within 10 s.
+    let leader = runtime.block_on(quorum.leader(Duration::from_secs(10)));
+    quorum.kill9(leader);
+    let killed_at = Instant::now();
+    let offsets = runtime.block_on(produce_each(&brokers.bootstrap(1), TOPIC, "controllerless"));
+    assert_eq!(offsets.len(), PARTITIONS as usize);
+    runtime.block_on(async {
+        let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
+            .await
+            .unwrap();
+        loop {
+            match admin.create_topic("after-failover", 2, 2, &[]).await {
+                Ok(()) => break,
+                Err(e) => assert!(
+                    killed_at.elapsed() < Duration::from_secs(10),
+                    "no topic created within 10 s of the controller leader's death: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let new_leader = quorum.leader(Duration::from_secs(5)).await;
+        assert_ne!(new_leader, leader);
+        eprintln!(
+            "controller {leader} killed; topic created via controller {new_leader} after {} ms",
+            killed_at.elapsed().as_millis()
+        );
+        let metadata = metadata_from(&brokers.bootstrap(2)).await.unwrap();
+        assert_eq!(
+            metadata
+                .topic("after-failover")
+                .map(|t| t.partition_count()),
+            Some(2)
+        );
+    });
+}
