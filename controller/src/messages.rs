@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use protocol::ErrorCode;
 
 use crate::delta::VersionedDelta;
-use crate::ids::{BrokerEpoch, BrokerId, MetadataVersion, TopicId};
+use crate::ids::{
+    BrokerEpoch, BrokerId, LeaderEpoch, MetadataVersion, PartitionEpoch, PartitionIndex, TopicId,
+};
 use crate::records::{BrokerEndpoints, TopicRecord};
 
 /// Why a request failed, as it goes on the wire.
@@ -125,6 +127,17 @@ pub enum MetadataUpdate {
         deltas: Vec<(MetadataVersion, DeltaView)>,
     },
     Image(ImageView),
+}
+
+/// A leader's compare-and-set ISR change (see `Command::AlterIsr`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterIsr {
+    pub leader_id: BrokerId,
+    pub topic_id: TopicId,
+    pub partition: PartitionIndex,
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+    pub new_isr: Vec<BrokerId>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

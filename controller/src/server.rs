@@ -162,6 +162,10 @@ async fn dispatch_controller(
             let request = wire::decode_fetch_metadata_request(body).map_err(wire_error)?;
             wire::encode_fetch_metadata_response(&service.fetch_metadata(request).await)
         }
+        ControllerApiKey::AlterIsr => {
+            let request = wire::decode_alter_isr_request(body).map_err(wire_error)?;
+            wire::encode_alter_isr_response(&service.alter_isr(request).await)
+        }
         ControllerApiKey::DescribeCluster => {
             wire::decode_describe_cluster_request(body).map_err(wire_error)?;
             wire::encode_describe_cluster_response(&service.describe_cluster())

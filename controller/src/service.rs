@@ -21,12 +21,13 @@ use protocol::ErrorCode;
 
 use crate::command::{Command, CommandError, Outcome};
 use crate::delta::NeedSnapshot;
-use crate::ids::BrokerId;
+use crate::ids::{BrokerId, PartitionIndex};
 use crate::messages::{
-    ApiFailure, BrokerDescription, BrokerHeartbeat, ClusterDescription, ControllerDescription,
-    CreateTopicSpec, FetchMetadata, MetadataAnswer, RegisterBroker, Registered, SessionState,
-    TopicOutcome,
+    AlterIsr, ApiFailure, BrokerDescription, BrokerHeartbeat, ClusterDescription,
+    ControllerDescription, CreateTopicSpec, FetchMetadata, MetadataAnswer, RegisterBroker,
+    Registered, SessionState, TopicOutcome,
 };
+use crate::records::PartitionRecord;
 use crate::store::{ControllerRaft, StateMachineStore};
 use crate::wire::broker_view;
 
@@ -231,6 +232,31 @@ impl ControllerService {
                 }
                 Err(_) => {}
             }
+        }
+    }
+
+    /// A partition leader's compare-and-set ISR change; the partition's new
+    /// record on success.
+    pub async fn alter_isr(
+        &self,
+        request: AlterIsr,
+    ) -> Result<(PartitionIndex, PartitionRecord), ApiFailure> {
+        self.require_leader()?;
+        let command = Command::AlterIsr {
+            topic_id: request.topic_id,
+            partition: request.partition,
+            leader_id: request.leader_id,
+            leader_epoch: request.leader_epoch,
+            partition_epoch: request.partition_epoch,
+            new_isr: request.new_isr,
+        };
+        match self.propose(command).await {
+            Ok(Outcome::IsrAltered { partition }) => {
+                tracing::info!(topic_id = %request.topic_id, partition = %request.partition, isr = ?partition.isr, "ISR changed");
+                Ok((request.partition, partition))
+            }
+            Ok(other) => unreachable_outcome("AlterIsr", &other),
+            Err(e) => Err(e.into_failure()),
         }
     }
 

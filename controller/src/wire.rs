@@ -15,7 +15,7 @@ use crate::ids::{
     ShardIndex, TopicId,
 };
 use crate::messages::{
-    ApiFailure, BrokerDescription, BrokerHeartbeat, BrokerView, ClusterDescription,
+    AlterIsr, ApiFailure, BrokerDescription, BrokerHeartbeat, BrokerView, ClusterDescription,
     ControllerDescription, CreateTopicSpec, DeltaView, FetchMetadata, ImageView, MetadataAnswer,
     MetadataUpdate, RegisterBroker, Registered, SessionState, TopicOutcome,
 };
@@ -85,6 +85,9 @@ fn failure(code: u16, message: Option<&str>, leader_endpoint: Option<&str>) -> O
         leader_endpoint: leader_endpoint.filter(|e| !e.is_empty()).map(str::to_owned),
     })
 }
+
+/// Brokers named in one AlterIsr: no replica set is larger.
+pub const ISR_ENTRIES_MAX: usize = 1024;
 
 fn bounded(field: &'static str, count: usize, count_max: usize) -> Result<(), WireError> {
     if count > count_max {
@@ -626,6 +629,71 @@ pub fn decode_fetch_metadata_response(
     }))
 }
 
+// ---- AlterIsr -------------------------------------------------------------
+
+pub fn encode_alter_isr_request(request: &AlterIsr) -> Vec<u8> {
+    let mut fbb = Fbb::new();
+    let isr: Vec<u32> = request.new_isr.iter().map(|b| b.0).collect();
+    let new_isr = fbb.create_vector(&isr);
+    let root = wire::AlterIsrRequest::create(
+        &mut fbb,
+        &wire::AlterIsrRequestArgs {
+            leader_id: request.leader_id.0,
+            topic_id: request.topic_id.0,
+            partition: request.partition.0,
+            leader_epoch: request.leader_epoch.0,
+            partition_epoch: request.partition_epoch.0,
+            new_isr: Some(new_isr),
+        },
+    );
+    finish(fbb, root)
+}
+
+pub fn decode_alter_isr_request(body: &[u8]) -> Result<AlterIsr, WireError> {
+    let r = flatbuffers::root::<wire::AlterIsrRequest>(body)?;
+    let isr = r.new_isr().ok_or(WireError::Missing("new_isr"))?;
+    bounded("new_isr", isr.len(), ISR_ENTRIES_MAX)?;
+    Ok(AlterIsr {
+        leader_id: BrokerId(r.leader_id()),
+        topic_id: TopicId(r.topic_id()),
+        partition: PartitionIndex(r.partition()),
+        leader_epoch: LeaderEpoch(r.leader_epoch()),
+        partition_epoch: PartitionEpoch(r.partition_epoch()),
+        new_isr: isr.iter().map(BrokerId).collect(),
+    })
+}
+
+pub fn encode_alter_isr_response(
+    result: &Result<(PartitionIndex, PartitionRecord), ApiFailure>,
+) -> Vec<u8> {
+    let mut fbb = Fbb::new();
+    let e = error_fields(&mut fbb, result);
+    let partition = result
+        .as_ref()
+        .ok()
+        .map(|(index, record)| encode_partition(&mut fbb, *index, record));
+    let root = wire::AlterIsrResponse::create(
+        &mut fbb,
+        &wire::AlterIsrResponseArgs {
+            error_code: e.code,
+            error_message: e.message,
+            leader_endpoint: e.leader_endpoint,
+            partition,
+        },
+    );
+    finish(fbb, root)
+}
+
+pub fn decode_alter_isr_response(
+    body: &[u8],
+) -> Result<Result<(PartitionIndex, PartitionRecord), ApiFailure>, WireError> {
+    let r = flatbuffers::root::<wire::AlterIsrResponse>(body)?;
+    if let Some(f) = failure(r.error_code(), r.error_message(), r.leader_endpoint()) {
+        return Ok(Err(f));
+    }
+    Ok(Ok(decode_partition(r.partition())?))
+}
+
 // ---- DescribeCluster ------------------------------------------------------
 
 pub fn encode_describe_cluster_request() -> Vec<u8> {
@@ -1009,12 +1077,48 @@ mod tests {
     }
 
     #[test]
+    fn alter_isr_round_trips() {
+        let request = AlterIsr {
+            leader_id: BrokerId(2),
+            topic_id: TopicId(9),
+            partition: PartitionIndex(3),
+            leader_epoch: LeaderEpoch(4),
+            partition_epoch: PartitionEpoch(7),
+            new_isr: vec![BrokerId(1), BrokerId(2)],
+        };
+        let decoded = decode_alter_isr_request(&encode_alter_isr_request(&request)).unwrap();
+        assert_eq!(decoded, request);
+        let record = PartitionRecord {
+            replicas: vec![Replica {
+                broker_id: BrokerId(2),
+                shard: ShardIndex(1),
+            }],
+            isr: vec![BrokerId(2)],
+            leader: Some(BrokerId(2)),
+            leader_epoch: LeaderEpoch(4),
+            partition_epoch: PartitionEpoch(8),
+        };
+        let ok = Ok((PartitionIndex(3), record));
+        assert_eq!(
+            decode_alter_isr_response(&encode_alter_isr_response(&ok)).unwrap(),
+            ok
+        );
+        let stale = Err(ApiFailure::new(ErrorCode::StaleLeaderEpoch, "old"));
+        assert_eq!(
+            decode_alter_isr_response(&encode_alter_isr_response(&stale)).unwrap(),
+            stale
+        );
+    }
+
+    #[test]
     fn decoders_never_panic_on_garbage() {
         for len in 0..64u8 {
             let bytes: Vec<u8> = (0..len).map(|i| i.wrapping_mul(37)).collect();
             let _ = decode_fetch_metadata_response(&bytes);
             let _ = decode_register_broker_request(&bytes);
             let _ = decode_create_topics_request(&bytes);
+            let _ = decode_alter_isr_request(&bytes);
+            let _ = decode_alter_isr_response(&bytes);
         }
     }
 }

@@ -73,10 +73,12 @@ pub enum ControllerApiKey {
     RaftAppendEntries = 13,
     RaftVote = 14,
     RaftInstallSnapshot = 15,
+    /// A partition leader's compare-and-set change of its ISR.
+    AlterIsr = 16,
 }
 
 impl ControllerApiKey {
-    pub const ALL: [ControllerApiKey; 7] = [
+    pub const ALL: [ControllerApiKey; 8] = [
         ControllerApiKey::RegisterBroker,
         ControllerApiKey::BrokerHeartbeat,
         ControllerApiKey::FetchMetadata,
@@ -84,6 +86,7 @@ impl ControllerApiKey {
         ControllerApiKey::RaftAppendEntries,
         ControllerApiKey::RaftVote,
         ControllerApiKey::RaftInstallSnapshot,
+        ControllerApiKey::AlterIsr,
     ];
 
     pub fn from_u16(key: u16) -> Option<ControllerApiKey> {
@@ -104,6 +107,7 @@ impl ControllerApiKey {
             ControllerApiKey::RaftAppendEntries => "raft_append_entries",
             ControllerApiKey::RaftVote => "raft_vote",
             ControllerApiKey::RaftInstallSnapshot => "raft_install_snapshot",
+            ControllerApiKey::AlterIsr => "alter_isr",
         }
     }
 }

@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use controller::messages::{
-    ApiFailure, BrokerHeartbeat, ClusterDescription, CreateTopicSpec, FetchMetadata, ImageView,
-    MetadataUpdate, RegisterBroker, Registered, SessionState, TopicOutcome,
+    AlterIsr, ApiFailure, BrokerHeartbeat, ClusterDescription, CreateTopicSpec, FetchMetadata,
+    ImageView, MetadataUpdate, RegisterBroker, Registered, SessionState, TopicOutcome,
 };
 use controller::{wire, BrokerEndpoints, BrokerEpoch, BrokerId, MetadataVersion};
 use protocol::api::ControllerApiKey;
@@ -270,6 +270,18 @@ pub fn create_topic(
     let mut outcomes = wire::decode_create_topics_response(&body).map_err(io::Error::other)?;
     assert_eq!(outcomes.len(), 1);
     Ok(outcomes.remove(0))
+}
+
+pub fn alter_isr(
+    endpoint: &str,
+    request: &AlterIsr,
+) -> io::Result<Result<(controller::PartitionIndex, controller::PartitionRecord), ApiFailure>> {
+    let body = call(
+        endpoint,
+        ControllerApiKey::AlterIsr as u16,
+        &wire::encode_alter_isr_request(request),
+    )?;
+    wire::decode_alter_isr_response(&body).map_err(io::Error::other)
 }
 
 /// Registers broker `id` and heartbeats it until it is alive (unfenced).

@@ -1,14 +1,15 @@
 //! Three real `ringlog-controller` processes on 127.0.0.1: election and topic
-//! creation, failover after SIGKILL of the leader, and fencing of a broker that
-//! stops heartbeating (its partitions move to another ISR member).
+//! creation, failover after SIGKILL of the leader, fencing of a broker that
+//! stops heartbeating (its partitions move to another ISR member), and ISR
+//! changes by compare-and-set over the wire.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use controller::messages::{ImageView, SessionState};
-use controller::{BrokerEpoch, BrokerId, LeaderEpoch};
+use controller::messages::{AlterIsr, ImageView, SessionState};
+use controller::{BrokerEpoch, BrokerId, LeaderEpoch, PartitionIndex};
 use protocol::ErrorCode;
 
 use crate::harness::{self, Cluster, POLL_INTERVAL};
@@ -66,6 +67,81 @@ fn quorum_elects_a_leader_and_creates_a_topic() {
             .as_deref(),
         Some(leader.as_str())
     );
+}
+
+// A leader shrinks and expands its ISR over the wire; a request carrying an
+// old partition epoch, or sent by a broker that does not lead, changes
+// nothing; brokers see the change as a metadata delta.
+#[test]
+fn alter_isr_is_compare_and_set_over_the_wire() {
+    // Long sessions: these brokers do not heartbeat, and a fence would move
+    // the ISR under the test.
+    let cluster = Cluster::start(1, 60_000);
+    let deadline = Instant::now() + LEADER_WAIT;
+    let (slot, _) = cluster.wait_for_leader(deadline);
+    let endpoint = &cluster.endpoints[slot];
+    for id in 1..=3 {
+        harness::join_broker(endpoint, id, deadline);
+    }
+    create_topic_eventually(endpoint, "isr", 3, deadline);
+    let image = harness::image(endpoint);
+    let topic = image.topics.iter().find(|t| t.name == "isr").unwrap();
+    let record = topic.partitions[0].clone();
+    let leader = record.leader.expect("a leader");
+    assert_eq!(record.isr.len(), 3);
+    let follower = record.isr.iter().copied().find(|b| *b != leader).unwrap();
+    let mut shrunk: Vec<BrokerId> = record
+        .isr
+        .iter()
+        .copied()
+        .filter(|b| *b != follower)
+        .collect();
+    shrunk.sort();
+    let request = AlterIsr {
+        leader_id: leader,
+        topic_id: topic.id,
+        partition: PartitionIndex(0),
+        leader_epoch: record.leader_epoch,
+        partition_epoch: record.partition_epoch,
+        new_isr: shrunk.clone(),
+    };
+    let (_, after) = harness::alter_isr(endpoint, &request)
+        .expect("call")
+        .expect("applied");
+    assert_eq!(after.isr, shrunk);
+    assert_eq!(after.leader_epoch, record.leader_epoch, "same leadership");
+    assert!(after.partition_epoch > record.partition_epoch);
+
+    // The same request again carries a stale partition epoch.
+    let stale = harness::alter_isr(endpoint, &request).expect("call");
+    assert!(stale.is_err(), "{stale:?}");
+    // A broker that does not lead cannot change the ISR.
+    let not_leader = AlterIsr {
+        leader_id: follower,
+        partition_epoch: after.partition_epoch,
+        ..request.clone()
+    };
+    let refused = harness::alter_isr(endpoint, &not_leader).expect("call");
+    assert!(refused.is_err(), "{refused:?}");
+
+    // Expanding back, from the current epoch, is applied and published.
+    let expand = AlterIsr {
+        partition_epoch: after.partition_epoch,
+        new_isr: record.isr.clone(),
+        ..request
+    };
+    let (_, expanded) = harness::alter_isr(endpoint, &expand)
+        .expect("call")
+        .expect("applied");
+    assert_eq!(expanded.isr, record.isr);
+    let seen = harness::image(endpoint);
+    let published = &seen
+        .topics
+        .iter()
+        .find(|t| t.name == "isr")
+        .unwrap()
+        .partitions[0];
+    assert_eq!(published, &expanded);
 }
 
 // SIGKILL of the leader: the two survivors elect a new leader, which serves

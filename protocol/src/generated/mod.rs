@@ -128,6 +128,10 @@ pub mod ringlog {
     pub use self::fetch_metadata_request_generated::*;
     mod fetch_metadata_response_generated;
     pub use self::fetch_metadata_response_generated::*;
+    mod alter_isr_request_generated;
+    pub use self::alter_isr_request_generated::*;
+    mod alter_isr_response_generated;
+    pub use self::alter_isr_response_generated::*;
     mod describe_cluster_request_generated;
     pub use self::describe_cluster_request_generated::*;
     mod controller_node_generated;
