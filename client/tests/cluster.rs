@@ -5,7 +5,9 @@
 //! broker gives each partition it led a new leader from its ISR with a higher
 //! leader epoch; restarted, it registers again. Kill -9 of the Raft leader
 //! controller: a new one is elected and a topic can be created within 10 s,
-//! while produce keeps working throughout.
+//! while produce keeps working throughout. A SIGSTOPped leader is fenced and
+//! replaced; resumed, it learns it no longer leads and refuses writes for
+//! those partitions instead of taking them as a zombie leader.
 //!
 //! `RINGLOG_FAILOVER_ROUNDS=N` repeats the broker kill/restart N times and
 //! prints the median time to new leaders (default 1 round).
@@ -65,6 +67,18 @@ impl Brokers {
         if let Some(mut broker) = self.brokers[(id - 1) as usize].take() {
             broker.kill9();
         }
+    }
+
+    fn signal(&self, id: u32, signal: &str) {
+        let pid = self.brokers[(id - 1) as usize]
+            .as_ref()
+            .expect("running")
+            .pid();
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
     }
 
     fn bootstrap(&self, id: u32) -> String {
@@ -335,6 +349,102 @@ fn three_controllers_three_brokers_fail_over() {
             median(failover_ms.clone())
         );
     }
+
+    // SIGSTOP a leader: fenced and replaced like a dead one. On SIGCONT it
+    // catches up with the metadata and refuses produce for what it lost.
+    let topic = format!("{TOPIC}-paused");
+    let before = runtime.block_on(async {
+        let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
+            .await
+            .unwrap();
+        admin
+            .create_topic(&topic, PARTITIONS, 3, &[])
+            .await
+            .unwrap();
+        leaders(&metadata_from(&brokers.bootstrap(1)).await.unwrap(), &topic)
+    });
+    let paused = before[&0].0 as u32;
+    let witness = if paused == 1 { 2 } else { 1 };
+    let lost: Vec<i32> = before
+        .iter()
+        .filter(|(_, (l, _, _))| *l == paused as i32)
+        .map(|(p, _)| *p)
+        .collect();
+    brokers.signal(paused, "-STOP");
+    let moved = |now: &BTreeMap<i32, (i32, i32, Vec<i32>)>| {
+        lost.iter().all(|p| {
+            now.get(p).is_some_and(|(leader, epoch, _)| {
+                *leader != paused as i32 && *leader >= 1 && *epoch > before[p].1
+            })
+        })
+    };
+    runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_millis(SESSION_TIMEOUT_MS + 8_000);
+        loop {
+            let now = metadata_from(&brokers.bootstrap(witness))
+                .await
+                .map(|m| leaders(&m, &topic))
+                .unwrap_or_default();
+            if moved(&now) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "paused broker {paused} not replaced: {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    brokers.signal(paused, "-CONT");
+    runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let own = metadata_from(&brokers.bootstrap(paused))
+                .await
+                .map(|m| leaders(&m, &topic))
+                .unwrap_or_default();
+            if moved(&own) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "resumed broker {paused} still sees {own:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A produce sent straight to it for a partition it lost is refused.
+        let mut builder = protocol::BatchBuilder::new(protocol::Compression::None);
+        builder.push(&protocol::Record {
+            timestamp_ms: 1,
+            key: None,
+            value: Some(b"zombie"),
+            headers: &[],
+        });
+        let batch = builder.build().unwrap();
+        let entry = client::messages::ProduceEntry {
+            topic: &topic,
+            partition: lost[0],
+            batch: &batch,
+        };
+        let cluster = Cluster::connect(&brokers.bootstrap(paused), ClientConfig::default())
+            .await
+            .unwrap();
+        let response = cluster
+            .request_to(
+                &brokers.bootstrap(paused),
+                protocol::ApiKey::Produce,
+                &client::messages::produce_request(1, 5_000, &[entry]),
+                &[&batch],
+            )
+            .await
+            .unwrap();
+        let outcome = client::messages::produce_response(response.body()).unwrap();
+        assert_eq!(
+            outcome[0].error,
+            protocol::ErrorCode::NotLeaderOrFollower,
+            "{outcome:?}"
+        );
+    });
 
     // Kill -9 the Raft leader controller: the data plane keeps serving, and a
     // new controller leader takes topic creation within 10 s.

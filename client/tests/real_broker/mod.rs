@@ -109,6 +109,10 @@ impl RealBroker {
         broker
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
