@@ -240,7 +240,31 @@ fn cli_and_client_produce_consume_restart_and_crash() {
         let admin = Admin::connect(&bootstrap, ClientConfig::default())
             .await
             .unwrap();
+        // Each restart re-registers the broker with its embedded controller,
+        // which moves leadership away and back: a higher leader epoch.
         let description = admin.describe_topic(TOPIC).await.unwrap();
-        let _ = description;
+        for p in &description.partitions {
+            assert_eq!(p.leader, 1, "{p:?}");
+            assert!(p.leader_epoch >= 2, "{p:?}");
+        }
+
+        // A deleted topic's data is gone; one re-created under the same name
+        // starts empty.
+        admin.delete_topic(TOPIC).await.unwrap();
+        let names: Vec<String> = admin
+            .list_topics()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert!(!names.contains(&TOPIC.to_owned()), "{names:?}");
+        for p in 0..PARTITIONS {
+            assert!(!data.join("topics").join(format!("{TOPIC}-{p}")).exists());
+        }
+        admin.create_topic(TOPIC, 1, 1, &[]).await.unwrap();
+        let again = admin.describe_topic(TOPIC).await.unwrap();
+        assert_eq!(again.partitions.len(), 1);
+        assert_eq!(again.partitions[0].log_end_offset, 0);
     });
 }
