@@ -274,6 +274,11 @@ pub fn topic_log_config(
                 "true" | "false" => {}
                 _ => return Err(invalid("expected true or false")),
             },
+            crate::shard::MIN_INSYNC_REPLICAS => {
+                if number()? < 1 {
+                    return Err(invalid("must be at least 1"));
+                }
+            }
             "max.message.bytes" => {
                 config.batch_bytes_max =
                     usize::try_from(number()?).map_err(|_| invalid("negative"))?

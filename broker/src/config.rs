@@ -59,6 +59,9 @@ pub struct BrokerConfig {
     /// Controller endpoints (HOST:PORT) of the cluster's quorum. Default
     /// empty: the broker then runs its own one-voter controller in-process.
     pub controllers: Vec<String>,
+    /// A leader drops a follower from the ISR that has not caught up for this
+    /// long. Default 10 s.
+    pub replica_lag_time_max_ms: u64,
     /// Where the embedded controller listens when `controllers` is empty.
     /// Default listen host, port + 65.
     pub embedded_controller_listen: SocketAddr,
@@ -103,6 +106,7 @@ pub struct FileConfig {
     /// Comma-separated controller endpoints.
     pub controller: Option<String>,
     pub embedded_controller_listen: Option<String>,
+    pub replica_lag_time_max_ms: Option<u64>,
     pub log: Option<FileLogConfig>,
 }
 
@@ -156,6 +160,9 @@ impl FileConfig {
             embedded_controller_listen: overrides
                 .embedded_controller_listen
                 .or(self.embedded_controller_listen),
+            replica_lag_time_max_ms: overrides
+                .replica_lag_time_max_ms
+                .or(self.replica_lag_time_max_ms),
             log: overrides.log.or(self.log),
         }
     }
@@ -264,6 +271,7 @@ impl BrokerConfig {
             idle_spin_us: file.idle_spin_us.unwrap_or(0),
             controllers: parse_controllers(file.controller.as_deref())?,
             embedded_controller_listen,
+            replica_lag_time_max_ms: file.replica_lag_time_max_ms.unwrap_or(10_000),
             log: log_config(file.log.unwrap_or_default())?,
         };
         config.validate()?;
@@ -296,6 +304,7 @@ impl BrokerConfig {
             ("fetch_wait_ms_max", self.fetch_wait_ms_max),
             ("connection_idle_ms_max", self.connection_idle_ms_max),
             ("frame_read_ms_max", self.frame_read_ms_max),
+            ("replica_lag_time_max_ms", self.replica_lag_time_max_ms),
         ] {
             if value == 0 {
                 return bad(field, "must be positive");

@@ -8,7 +8,6 @@
 //! A broker heartbeats `ready` (asking to be unfenced, and so to lead) only
 //! once its metadata shows its own current registration: it has caught up.
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -17,15 +16,11 @@ use controller::messages::{
     SessionState, TopicOutcome as ControllerTopicOutcome,
 };
 use controller::{BrokerEndpoints, BrokerEpoch, BrokerId};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use protocol::api::{ApiKey, ControllerApiKey};
-use protocol::frame::{
-    decode_response, encode_request, frame_len, RequestHeader, LENGTH_PREFIX_BYTES,
-};
 use protocol::ErrorCode;
 
 use crate::cluster_view::TopicSpec;
-use crate::runtime::net::{connect, ReadHalf, WriteHalf};
+use crate::net::peer::{PeerConnection, PeerError};
 use crate::runtime::{self};
 use crate::shard::{OpError, Shard, TopicOutcome};
 
@@ -57,6 +52,16 @@ pub enum LinkError {
     Refused(ErrorCode, String),
 }
 
+impl From<PeerError> for LinkError {
+    fn from(e: PeerError) -> LinkError {
+        match e {
+            PeerError::Io(e) => LinkError::Io(e),
+            PeerError::Timeout => LinkError::Timeout,
+            PeerError::Malformed(m) => LinkError::Malformed(m),
+        }
+    }
+}
+
 impl From<ApiFailure> for LinkError {
     fn from(f: ApiFailure) -> LinkError {
         if f.code == ErrorCode::NotController {
@@ -71,64 +76,28 @@ fn malformed(e: impl std::fmt::Display) -> LinkError {
     LinkError::Malformed(e.to_string())
 }
 
-struct Connection {
-    reader: ReadHalf,
-    writer: WriteHalf,
-    next_correlation_id: u32,
-}
+/// A connection to one controller.
+struct Connection(PeerConnection);
 
 impl Connection {
     async fn open(target: &str) -> Result<Connection, LinkError> {
-        let addr: SocketAddr = target
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| LinkError::Malformed(format!("{target} resolves to nothing")))?;
-        let (reader, writer) =
-            connect(addr, Duration::from_millis(CONTROLLER_REQUEST_MS_MAX)).await?;
-        Ok(Connection {
-            reader,
-            writer,
-            next_correlation_id: 1,
-        })
+        Ok(Connection(
+            PeerConnection::open(target, RESPONSE_BYTES_MAX, CONTROLLER_REQUEST_MS_MAX).await?,
+        ))
     }
 
-    /// One request and its response, within `wait_ms` plus the request timeout.
     async fn call(
         &mut self,
         api_key: u16,
         body: &[u8],
         wait_ms: u64,
     ) -> Result<Vec<u8>, LinkError> {
-        let correlation_id = self.next_correlation_id;
-        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
-        let mut frame = Vec::new();
-        let header = RequestHeader {
-            api_key,
-            api_version: 0,
-            correlation_id,
-            client_id: "ringlog-broker".into(),
-        };
-        encode_request(&mut frame, &header, body, &[]);
-        let exchange = async {
-            self.writer.write_all(&frame).await?;
-            self.writer.flush().await?;
-            let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
-            self.reader.read_exact(&mut prefix).await?;
-            let len = frame_len(prefix, RESPONSE_BYTES_MAX)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
-            let mut response = vec![0u8; len];
-            self.reader.read_exact(&mut response).await?;
-            Ok::<_, std::io::Error>(response)
-        };
-        let limit = Duration::from_millis(wait_ms + CONTROLLER_REQUEST_MS_MAX);
-        let response = runtime::timeout(limit, exchange)
-            .await
-            .ok_or(LinkError::Timeout)??;
-        let decoded = decode_response(&response).map_err(malformed)?;
-        if decoded.correlation_id != correlation_id {
-            return Err(LinkError::Malformed("correlation id mismatch".into()));
-        }
-        Ok(decoded.body.to_vec())
+        Ok(self
+            .0
+            .call(api_key, body, &[], wait_ms)
+            .await?
+            .body()
+            .to_vec())
     }
 }
 
@@ -155,6 +124,13 @@ impl Targets {
             self.index = (self.index + 1) % self.controllers.len();
             self.controllers[self.index].clone()
         })
+    }
+
+    /// Remembers a leader named in a NOT_CONTROLLER answer for the next pick.
+    fn failed_quietly(&mut self, error: &LinkError) {
+        if let LinkError::NotController(Some(leader)) = error {
+            self.next = Some(leader.clone());
+        }
     }
 
     /// After a failed exchange: go to the named leader at once, or back off.
@@ -411,4 +387,48 @@ pub fn knows_registration(
     epoch: u64,
 ) -> bool {
     epoch != 0 && view.brokers.get(&me).is_some_and(|b| b.epoch.0 == epoch)
+}
+
+/// Sends a leader's ISR change to the controller leader; the new ISR and
+/// partition epoch when applied.
+pub async fn alter_isr(
+    shard: &Shard,
+    request: controller::messages::AlterIsr,
+) -> Result<(Vec<u32>, i32), OpError> {
+    let body = controller::wire::encode_alter_isr_request(&request);
+    let mut targets = Targets::new(shard.config.controllers.clone());
+    targets.next = shard.controller_hint.borrow().clone();
+    let mut last_error = LinkError::Timeout;
+    for _ in 0..ADMIN_HOPS_MAX.max(2 * shard.config.controllers.len()) {
+        let target = targets.pick();
+        let answer = async {
+            let mut connection = Connection::open(&target).await?;
+            let body = connection
+                .call(ControllerApiKey::AlterIsr as u16, &body, 0)
+                .await?;
+            let result = controller::wire::decode_alter_isr_response(&body).map_err(malformed)?;
+            Ok::<_, LinkError>(result?)
+        }
+        .await;
+        match answer {
+            Ok((_, record)) => {
+                return Ok((
+                    record.isr.iter().map(|b| b.0).collect(),
+                    record.partition_epoch.0,
+                ))
+            }
+            Err(LinkError::Refused(code, message)) => return Err(OpError::new(code, message)),
+            Err(e) => {
+                if !matches!(e, LinkError::NotController(Some(_))) {
+                    runtime::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+                }
+                targets.failed_quietly(&e);
+                last_error = e;
+            }
+        }
+    }
+    Err(OpError::new(
+        ErrorCode::RequestTimedOut,
+        format!("no controller leader answered: {last_error}"),
+    ))
 }

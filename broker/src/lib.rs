@@ -11,6 +11,7 @@ pub mod handlers;
 pub mod log;
 pub mod metrics;
 pub mod net;
+pub mod replication;
 pub mod runtime;
 pub mod server;
 pub mod shard;

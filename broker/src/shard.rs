@@ -16,6 +16,8 @@ use protocol::{ErrorCode, LeaderEpoch, Offset};
 
 use crate::batch_cache::BatchCache;
 use crate::clock::Clock;
+use crate::replication::epochs::EpochHistory;
+use crate::replication::leader::LeaderState;
 use controller::messages::MetadataUpdate;
 use controller::BrokerId;
 
@@ -84,6 +86,16 @@ pub struct FetchOutcome {
     pub log_start_offset: i64,
     pub log_end_offset: i64,
     pub records: Chunks,
+    /// For a follower whose log diverges: (leader epoch, its end offset).
+    pub diverging: Option<(i32, i64)>,
+}
+
+/// What a follower says about itself when it fetches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaFetch {
+    pub broker_id: u32,
+    pub current_leader_epoch: i32,
+    pub last_fetched_epoch: i32,
 }
 
 /// Stored bytes as a list of shared slices, so cached batches reach the socket
@@ -151,13 +163,19 @@ pub enum ShardOp {
         key: PartitionKey,
         batch: Bytes,
         acks: i16,
+        /// How long acks=all waits for the ISR.
+        timeout_ms: u64,
     },
     Fetch {
         key: PartitionKey,
         offset: i64,
         max_bytes: usize,
         wait_ms: u64,
+        /// Set when a follower fetches.
+        replica: Option<ReplicaFetch>,
     },
+    /// To shard 0, which forwards it to the controller.
+    AlterIsr(controller::messages::AlterIsr),
     ListOffset {
         key: PartitionKey,
         timestamp_ms: i64,
@@ -185,6 +203,7 @@ pub enum ShardReply {
     ListOffset(Result<i64, OpError>),
     Describe(PartitionDetail),
     Admin(Vec<TopicOutcome>),
+    AlterIsr(Result<(Vec<u32>, i32), OpError>),
     Applied,
     Metrics(String),
 }
@@ -204,12 +223,18 @@ pub enum MeshBody {
 }
 
 /// What this broker does for a partition, as the metadata says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Role {
     pub leader: bool,
     pub leader_epoch: i32,
-    /// In-sync replicas, this one included.
-    pub isr_size: usize,
+    pub partition_epoch: i32,
+    pub replicas: Vec<u32>,
+    pub isr: Vec<u32>,
+    /// acks=all needs at least this many in-sync replicas (topic config
+    /// `min.insync.replicas`, default 1).
+    pub min_insync: usize,
+    /// For a follower: the leader's shard endpoint to fetch from.
+    pub leader_endpoint: Option<String>,
 }
 
 /// A partition replica this shard owns.
@@ -217,9 +242,17 @@ pub struct Role {
 pub struct Replica {
     pub topic_id: u64,
     pub log: Rc<PartitionLog>,
-    /// The log end offset, for fetch long-polls to wait on.
+    /// The log end offset, for follower fetch long-polls to wait on.
     pub log_end: Watermark,
-    pub role: Cell<Role>,
+    /// Offsets below it are on every in-sync replica; consumers read only
+    /// below it and wait on it.
+    pub high_watermark: Watermark,
+    pub role: RefCell<Role>,
+    /// While leading: the followers' progress.
+    pub leader_state: RefCell<Option<LeaderState>>,
+    pub epochs: RefCell<EpochHistory>,
+    /// An AlterIsr for this partition is on its way; no second one meanwhile.
+    pub alter_isr_in_flight: Cell<bool>,
 }
 
 /// The shard that talks to the controller and forwards topic admin.
@@ -230,6 +263,10 @@ pub const TOPIC_PROPAGATION_MS_MAX: u64 = 5_000;
 /// The file in a partition directory naming the topic id it belongs to, so a
 /// re-created topic of the same name never adopts an old topic's data.
 pub const TOPIC_ID_FILE: &str = "topic.id";
+/// How often leaders check whether their ISR should change.
+pub const ISR_CHECK_MS: u64 = 100;
+/// Topic config: in-sync replicas acks=all needs.
+pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 /// How often each replica's log does its periodic work.
 pub const LOG_MAINTENANCE_MS: u64 = 5;
 /// How often retention runs.
@@ -260,6 +297,8 @@ pub struct Shard {
     /// 1 once the metadata shows this broker registered and unfenced: the
     /// shard then opens its listeners.
     pub serving: Watermark,
+    /// Leader shard endpoints this shard runs a follower fetcher for.
+    pub fetchers: RefCell<std::collections::HashSet<String>>,
     pub stopping: Cell<bool>,
 }
 
@@ -290,6 +329,7 @@ impl Shard {
             broker_epoch: Cell::new(0),
             controller_hint: RefCell::new(None),
             serving: Watermark::new(0),
+            fetchers: RefCell::new(std::collections::HashSet::new()),
             stopping: Cell::new(false),
         }
     }
@@ -337,7 +377,7 @@ impl Shard {
     /// from leaders only.
     fn leader_replica(&self, key: &PartitionKey) -> Result<(Rc<Replica>, Role), OpError> {
         let replica = self.replica(key)?;
-        let role = replica.role.get();
+        let role = replica.role.borrow().clone();
         if !role.leader {
             return Err(OpError::new(
                 ErrorCode::NotLeaderOrFollower,
@@ -410,15 +450,25 @@ impl Shard {
 
     pub async fn execute(self: &Rc<Self>, op: ShardOp) -> ShardReply {
         match op {
-            ShardOp::Produce { key, batch, acks } => {
-                ShardReply::Produce(self.produce_local(key, batch, acks).await)
-            }
+            ShardOp::Produce {
+                key,
+                batch,
+                acks,
+                timeout_ms,
+            } => ShardReply::Produce(self.produce_local(key, batch, acks, timeout_ms).await),
             ShardOp::Fetch {
                 key,
                 offset,
                 max_bytes,
                 wait_ms,
-            } => ShardReply::Fetch(self.fetch_local(&key, offset, max_bytes, wait_ms).await),
+                replica,
+            } => ShardReply::Fetch(
+                self.fetch_local(&key, offset, max_bytes, wait_ms, replica)
+                    .await,
+            ),
+            ShardOp::AlterIsr(request) => {
+                ShardReply::AlterIsr(crate::controller_link::alter_isr(self, request).await)
+            }
             ShardOp::ListOffset { key, timestamp_ms } => {
                 ShardReply::ListOffset(self.list_offset_local(&key, timestamp_ms).await)
             }
@@ -441,6 +491,7 @@ impl Shard {
         key: PartitionKey,
         batch: Bytes,
         acks: i16,
+        timeout_ms: u64,
     ) -> Result<ProduceOutcome, OpError> {
         let (replica, role) = self.leader_replica(&key)?;
         if self.stopping.get() {
@@ -449,28 +500,32 @@ impl Shard {
                 "broker is shutting down",
             ));
         }
-        if acks == -1 && role.isr_size > 1 {
-            // Followers do not copy from leaders yet, so no record of this
-            // partition can be on the whole ISR: refuse rather than ack a
-            // write that one broker's loss would undo.
+        if acks == -1 && role.isr.len() < role.min_insync {
             return Err(OpError::new(
                 ErrorCode::NotEnoughReplicas,
                 format!(
-                    "acks=all on {}-{} needs its {} in-sync replicas, and replication to followers is not available yet",
-                    key.topic, key.partition, role.isr_size
+                    "{}-{} has {} in-sync replicas, fewer than min.insync.replicas {}",
+                    key.topic,
+                    key.partition,
+                    role.isr.len(),
+                    role.min_insync
                 ),
             ));
         }
         let epoch = LeaderEpoch(role.leader_epoch);
         let info = replica.log.append(&batch, epoch).await?;
+        self.note_epoch(&replica, role.leader_epoch, info.base_offset.0);
         self.cache
             .borrow_mut()
             .insert(&key, info.base_offset, info.log_end_offset, epoch, batch);
         replica.log_end.advance(info.log_end_offset.0);
+        self.update_high_watermark(&replica);
         self.metrics
             .on_append(info.log_end_offset.0 - info.base_offset.0);
         if acks == -1 {
             replica.log.wait_for_ack(info.log_end_offset).await?;
+            self.wait_committed(&key, &replica, &role, info.log_end_offset.0, timeout_ms)
+                .await?;
         }
         Ok(ProduceOutcome {
             base_offset: info.base_offset,
@@ -479,37 +534,151 @@ impl Shard {
         })
     }
 
+    /// acks=all: waits until the high watermark passes `end`, that is until
+    /// every in-sync replica has the records. Fails at once if this broker
+    /// stops leading at that epoch, and after `timeout_ms` otherwise (the
+    /// records stay in the log; they may still commit).
+    async fn wait_committed(
+        &self,
+        key: &PartitionKey,
+        replica: &Replica,
+        role: &Role,
+        end: i64,
+        timeout_ms: u64,
+    ) -> Result<(), OpError> {
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        loop {
+            if replica.high_watermark.get() >= end {
+                return Ok(());
+            }
+            let current = replica.role.borrow().clone();
+            if !current.leader || current.leader_epoch != role.leader_epoch {
+                return Err(OpError::new(
+                    ErrorCode::NotLeaderOrFollower,
+                    format!(
+                        "leadership of {}-{} moved before the write was replicated",
+                        key.topic, key.partition
+                    ),
+                ));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(OpError::new(
+                    ErrorCode::RequestTimedOut,
+                    format!(
+                        "{}-{}: in-sync replicas did not confirm offset {} within {timeout_ms} ms",
+                        key.topic,
+                        key.partition,
+                        end - 1
+                    ),
+                ));
+            }
+            let wait = (deadline - now).min(Duration::from_millis(ISR_CHECK_MS));
+            runtime::timeout(wait, replica.high_watermark.wait_at_least(end)).await;
+        }
+    }
+
+    /// Records that `epoch` starts at `start` if it is new, durably.
+    fn note_epoch(&self, replica: &Replica, epoch: i32, start: i64) {
+        let changed = replica.epochs.borrow_mut().assign(epoch, start);
+        if changed {
+            if let Err(e) = replica.epochs.borrow().save(replica.log.dir()) {
+                self.metrics.on_storage_error();
+                tracing::warn!(error = %e, dir = %replica.log.dir().display(), "saving the leader epoch history failed");
+            }
+        }
+    }
+
+    /// A leader's high watermark from its ISR's progress; wakes consumers.
+    fn update_high_watermark(&self, replica: &Replica) {
+        let isr = replica.role.borrow().isr.clone();
+        let end = replica.log.log_end_offset().0;
+        let hw = match replica.leader_state.borrow_mut().as_mut() {
+            Some(state) => state.update_high_watermark(&isr, end),
+            None => return,
+        };
+        replica.high_watermark.advance(hw);
+    }
+
     async fn fetch_local(
         &self,
         key: &PartitionKey,
         offset: i64,
         max_bytes: usize,
         wait_ms: u64,
+        follower: Option<ReplicaFetch>,
     ) -> FetchOutcome {
-        let replica = match self.leader_replica(key) {
-            Ok((r, _)) => r,
-            Err(e) => {
-                return FetchOutcome {
-                    error: Some(e),
-                    high_watermark: -1,
-                    log_start_offset: -1,
-                    log_end_offset: -1,
-                    records: Chunks::default(),
+        let failed = |e: OpError| FetchOutcome {
+            error: Some(e),
+            high_watermark: -1,
+            log_start_offset: -1,
+            log_end_offset: -1,
+            ..FetchOutcome::default()
+        };
+        let (replica, role) = match self.leader_replica(key) {
+            Ok(found) => found,
+            Err(e) => return failed(e),
+        };
+        if let Some(f) = follower {
+            if f.current_leader_epoch != role.leader_epoch {
+                let code = if f.current_leader_epoch < role.leader_epoch {
+                    ErrorCode::StaleLeaderEpoch
+                } else {
+                    ErrorCode::NotLeaderOrFollower
+                };
+                return failed(OpError::new(
+                    code,
+                    format!(
+                        "follower at leader epoch {}, leader at {}",
+                        f.current_leader_epoch, role.leader_epoch
+                    ),
+                ));
+            }
+            let end = replica.log.log_end_offset().0;
+            if f.last_fetched_epoch >= 0 {
+                let (epoch, epoch_end) = replica
+                    .epochs
+                    .borrow()
+                    .end_offset_for(f.last_fetched_epoch, end);
+                if epoch_end < offset || epoch < f.last_fetched_epoch {
+                    return FetchOutcome {
+                        high_watermark: replica.high_watermark.get(),
+                        log_start_offset: replica.log.log_start_offset().0,
+                        log_end_offset: end,
+                        diverging: Some((epoch, epoch_end)),
+                        ..FetchOutcome::default()
+                    };
                 }
             }
-        };
+            let known = replica.leader_state.borrow_mut().as_mut().is_some_and(|s| {
+                s.on_fetch(f.broker_id, offset, end, self.clock.now_ms().max(0) as u64)
+            });
+            if !known {
+                return failed(OpError::new(
+                    ErrorCode::NotLeaderOrFollower,
+                    format!(
+                        "broker {} is not a replica of {}-{}",
+                        f.broker_id, key.topic, key.partition
+                    ),
+                ));
+            }
+            self.update_high_watermark(&replica);
+        }
         let deadline =
             Instant::now() + Duration::from_millis(wait_ms.min(self.config.fetch_wait_ms_max));
         loop {
             let (start, end) = (replica.log.log_start_offset(), replica.log.log_end_offset());
-            // Single replica: everything appended is committed, so the high
-            // watermark is the log end. Replication lowers it to the ISR minimum.
+            let hw = replica.high_watermark.get().min(end.0);
+            // Consumers read committed records only; followers read all.
+            let (limit, watermark) = match follower {
+                None => (Offset(hw), &replica.high_watermark),
+                Some(_) => (end, &replica.log_end),
+            };
             let mut outcome = FetchOutcome {
-                error: None,
-                high_watermark: end.0,
+                high_watermark: hw,
                 log_start_offset: start.0,
                 log_end_offset: end.0,
-                records: Chunks::default(),
+                ..FetchOutcome::default()
             };
             if offset < start.0 || offset > end.0 {
                 outcome.error = Some(OpError::new(
@@ -518,26 +687,36 @@ impl Shard {
                 ));
                 return outcome;
             }
-            let cached = self
-                .cache
-                .borrow()
-                .read(key, Offset(offset), max_bytes, end);
-            let records = match cached {
-                Some((bytes, _)) => bytes,
-                None => match replica.log.read(Offset(offset), max_bytes, end).await {
-                    Ok(fetched) => Chunks::from(fetched.bytes),
-                    Err(e) => {
-                        outcome.error = Some(e.into());
-                        return outcome;
-                    }
-                },
+            let records = if offset >= limit.0 {
+                Chunks::default()
+            } else {
+                let cached = self
+                    .cache
+                    .borrow()
+                    .read(key, Offset(offset), max_bytes, limit);
+                match cached {
+                    Some((bytes, _)) => bytes,
+                    None => match replica.log.read(Offset(offset), max_bytes, limit).await {
+                        Ok(fetched) => Chunks::from(fetched.bytes),
+                        Err(e) => {
+                            outcome.error = Some(e.into());
+                            return outcome;
+                        }
+                    },
+                }
             };
             let now = Instant::now();
             if !records.is_empty() || now >= deadline {
                 outcome.records = records;
                 return outcome;
             }
-            runtime::timeout(deadline - now, replica.log_end.wait_at_least(offset + 1)).await;
+            runtime::timeout(deadline - now, watermark.wait_at_least(offset + 1)).await;
+            if !replica.role.borrow().leader {
+                return failed(OpError::new(
+                    ErrorCode::NotLeaderOrFollower,
+                    format!("no longer the leader of {}-{}", key.topic, key.partition),
+                ));
+            }
         }
     }
 
@@ -549,7 +728,11 @@ impl Shard {
         let (replica, _) = self.leader_replica(key)?;
         match timestamp_ms {
             -2 => Ok(replica.log.log_start_offset().0),
-            -1 => Ok(replica.log.log_end_offset().0),
+            // The latest offset a consumer can read up to.
+            -1 => Ok(replica
+                .high_watermark
+                .get()
+                .min(replica.log.log_end_offset().0)),
             ts if ts < 0 => Err(OpError::new(
                 ErrorCode::InvalidRequest,
                 format!("timestamp {ts} is not -2, -1 or a time"),
@@ -572,7 +755,7 @@ impl Shard {
                 error: None,
                 log_start_offset: r.log.log_start_offset().0,
                 log_end_offset: r.log.log_end_offset().0,
-                high_watermark: r.log.log_end_offset().0,
+                high_watermark: r.high_watermark.get().min(r.log.log_end_offset().0),
                 size_bytes: r.log.size_bytes(),
             },
         }
@@ -676,7 +859,7 @@ impl Shard {
         Ok(())
     }
 
-    async fn apply_metadata(&self, update: MetadataUpdate, broker_epoch: u64) {
+    async fn apply_metadata(self: &Rc<Self>, update: MetadataUpdate, broker_epoch: u64) {
         let _gate = self.apply_gate.enter().await;
         if let Err(e) = self.view.borrow_mut().apply(update) {
             // Shard 0 checked this update against the same view.
@@ -686,6 +869,7 @@ impl Shard {
             );
         }
         self.reconcile().await;
+        self.ensure_fetchers();
         self.reconciled_version.set(self.view.borrow().version.0);
         let me = self.broker_id();
         if !self.is_serving()
@@ -725,10 +909,23 @@ impl Shard {
                         topic: topic.name.clone(),
                         partition: i32::try_from(index).expect("partition count bounded"),
                     };
+                    let leader_endpoint = partition.leader.filter(|&l| l != me).and_then(|l| {
+                        let shard = partition.replica_on(l)?.shard.0;
+                        view.brokers
+                            .get(&l)?
+                            .endpoints
+                            .shards
+                            .get(usize::from(shard))
+                            .cloned()
+                    });
                     let role = Role {
                         leader: partition.leader == Some(me),
                         leader_epoch: partition.leader_epoch.0,
-                        isr_size: partition.isr.len(),
+                        partition_epoch: partition.partition_epoch.0,
+                        replicas: partition.replicas.iter().map(|r| r.broker_id.0).collect(),
+                        isr: partition.isr.iter().map(|b| b.0).collect(),
+                        min_insync: min_insync(&topic.config),
+                        leader_endpoint,
                     };
                     wanted.insert(key, (topic.id.0, role, log_config.clone()));
                 }
@@ -747,22 +944,41 @@ impl Shard {
         for (key, (topic_id, role, log_config)) in wanted {
             let existing = self.replicas.borrow().get(&key).cloned();
             match existing {
-                Some(replica) => {
-                    if replica.role.get() != role {
-                        tracing::info!(topic = %key.topic, partition = key.partition, leader = role.leader, leader_epoch = role.leader_epoch, "replica role changed");
-                        replica.role.set(role);
-                    }
-                }
+                Some(replica) => self.set_role(&key, &replica, role),
                 None => match self.open_replica(&key, topic_id, log_config).await {
                     Ok(log) => {
                         let log_end = Watermark::new(log.log_end_offset().0);
-                        let replica = Replica {
+                        // Only the latest epoch is known without a history
+                        // file: a follower that asks about older ones is cut
+                        // back further than needed, never too little.
+                        let fallback = if log.log_end_offset() > log.log_start_offset() {
+                            EpochHistory::from_entries(vec![(
+                                log.latest_epoch().0,
+                                log.log_start_offset().0,
+                            )])
+                        } else {
+                            EpochHistory::default()
+                        };
+                        let epochs =
+                            EpochHistory::load(log.dir(), log.log_end_offset().0, fallback);
+                        let replica = Rc::new(Replica {
                             topic_id,
                             log,
                             log_end,
-                            role: Cell::new(role),
-                        };
-                        self.replicas.borrow_mut().insert(key, Rc::new(replica));
+                            high_watermark: Watermark::new(0),
+                            role: RefCell::new(Role {
+                                leader: false,
+                                leader_epoch: -1,
+                                ..role.clone()
+                            }),
+                            leader_state: RefCell::new(None),
+                            epochs: RefCell::new(epochs),
+                            alter_isr_in_flight: Cell::new(false),
+                        });
+                        self.replicas
+                            .borrow_mut()
+                            .insert(key.clone(), replica.clone());
+                        self.set_role(&key, &replica, role);
                     }
                     Err(e) => {
                         self.metrics.on_storage_error();
@@ -771,6 +987,134 @@ impl Shard {
                 },
             }
         }
+    }
+
+    /// Starts a follower fetcher for every leader endpoint some follower
+    /// replica here needs and none runs for yet.
+    fn ensure_fetchers(self: &Rc<Self>) {
+        let endpoints: std::collections::BTreeSet<String> = self
+            .replicas
+            .borrow()
+            .values()
+            .filter_map(|r| {
+                let role = r.role.borrow();
+                (!role.leader)
+                    .then(|| role.leader_endpoint.clone())
+                    .flatten()
+            })
+            .collect();
+        for endpoint in endpoints {
+            if self.fetchers.borrow_mut().insert(endpoint.clone()) {
+                tracing::info!(shard = self.id, leader = %endpoint, "starting follower fetcher");
+                runtime::spawn(crate::replication::fetcher::run(self.clone(), endpoint)).detach();
+            }
+        }
+    }
+
+    /// Follower replicas fetching from `endpoint`: (key, replica, leader epoch).
+    pub fn followers_of(&self, endpoint: &str) -> Vec<(PartitionKey, Rc<Replica>, i32)> {
+        self.replicas
+            .borrow()
+            .iter()
+            .filter_map(|(k, r)| {
+                let role = r.role.borrow();
+                (!role.leader && role.leader_endpoint.as_deref() == Some(endpoint))
+                    .then(|| (k.clone(), r.clone(), role.leader_epoch))
+            })
+            .collect()
+    }
+
+    /// A follower applies what its leader sent: records, or the offset its
+    /// log diverged at. Ignored if the replica changed role meanwhile.
+    pub async fn apply_fetched(
+        &self,
+        key: &PartitionKey,
+        replica: &Replica,
+        leader_epoch: i32,
+        fetched: crate::replication::fetcher::Fetched,
+    ) -> Result<(), OpError> {
+        let still_following = |r: &Replica| {
+            let role = r.role.borrow();
+            !role.leader && role.leader_epoch == leader_epoch
+        };
+        if !still_following(replica) {
+            return Ok(());
+        }
+        if let Some((epoch, end)) = fetched.diverging {
+            let own_end = replica.log.log_end_offset().0;
+            let cut = crate::replication::epochs::truncation_offset(
+                &replica.epochs.borrow(),
+                own_end,
+                epoch,
+                end,
+            );
+            tracing::warn!(topic = %key.topic, partition = key.partition, from = own_end, to = cut, leader_epoch, "truncating a diverged follower log");
+            let new_end = replica.log.truncate_to(Offset(cut)).await?;
+            self.cache.borrow_mut().remove_partition(key);
+            if replica.epochs.borrow_mut().truncate_to(new_end.0) {
+                if let Err(e) = replica.epochs.borrow().save(replica.log.dir()) {
+                    tracing::warn!(error = %e, "saving the leader epoch history failed");
+                }
+            }
+            replica.log_end.reset(new_end.0);
+            if replica.high_watermark.get() > new_end.0 {
+                replica.high_watermark.reset(new_end.0);
+            }
+            return Ok(());
+        }
+        let mut rest: &[u8] = &fetched.records;
+        while !rest.is_empty() {
+            if !still_following(replica) {
+                return Ok(());
+            }
+            let (batch, used) =
+                protocol::RecordBatch::parse_prefix(rest, self.config.log.batch_bytes_max)
+                    .map_err(|e| OpError::new(ErrorCode::CorruptMessage, e.to_string()))?;
+            let header = *batch.header();
+            let bytes = &rest[..used];
+            rest = &rest[used..];
+            if header.next_offset().0 <= replica.log.log_end_offset().0 {
+                continue;
+            }
+            let info = replica.log.append_replica(bytes).await?;
+            self.note_epoch(replica, header.partition_leader_epoch.0, info.base_offset.0);
+            replica.log_end.advance(info.log_end_offset.0);
+        }
+        let hw = fetched.high_watermark.min(replica.log.log_end_offset().0);
+        replica.high_watermark.advance(hw);
+        Ok(())
+    }
+
+    /// Moves a replica to the role the metadata gives it. A new leadership
+    /// (or a new epoch of it) starts its epoch at the log end and tracks its
+    /// followers afresh; a follower drops the leader state and is fetched for
+    /// by `replication::fetcher`.
+    fn set_role(&self, key: &PartitionKey, replica: &Replica, role: Role) {
+        let old = replica.role.borrow().clone();
+        if old == role {
+            return;
+        }
+        if role.leader != old.leader || role.leader_epoch != old.leader_epoch {
+            tracing::info!(topic = %key.topic, partition = key.partition, leader = role.leader, leader_epoch = role.leader_epoch, isr = ?role.isr, "replica role changed");
+        }
+        let new_leadership = role.leader && (!old.leader || role.leader_epoch != old.leader_epoch);
+        *replica.role.borrow_mut() = role.clone();
+        if new_leadership {
+            let end = replica.log.log_end_offset().0;
+            self.note_epoch(replica, role.leader_epoch, end);
+            let now_ms = self.clock.now_ms().max(0) as u64;
+            let state = LeaderState::new(
+                self.broker_id().0,
+                &role.replicas,
+                replica.high_watermark.get().min(end),
+                now_ms,
+            );
+            *replica.leader_state.borrow_mut() = Some(state);
+            replica.alter_isr_in_flight.set(false);
+        } else if !role.leader {
+            *replica.leader_state.borrow_mut() = None;
+        }
+        self.update_high_watermark(replica);
     }
 
     /// Opens (or creates) a replica's log, first removing a directory left by
@@ -814,11 +1158,94 @@ impl Shard {
         }
     }
 
-    /// Periodic log work and retention, until the shard stops.
+    /// A leader's ISR check: asks the controller (through shard 0) for the
+    /// ISR its followers' progress calls for, one request at a time.
+    fn check_isr(self: &Rc<Self>, key: &PartitionKey, replica: &Rc<Replica>) {
+        if replica.alter_isr_in_flight.get() {
+            return;
+        }
+        let role = replica.role.borrow().clone();
+        if !role.leader {
+            return;
+        }
+        let epoch_start = replica
+            .epochs
+            .borrow()
+            .start_of(role.leader_epoch)
+            .unwrap_or(0);
+        let now_ms = self.clock.now_ms().max(0) as u64;
+        let desired = replica.leader_state.borrow().as_ref().and_then(|s| {
+            s.desired_isr(
+                &role.isr,
+                epoch_start,
+                now_ms,
+                self.config.replica_lag_time_max_ms,
+            )
+        });
+        let Some(new_isr) = desired else {
+            return;
+        };
+        let request = controller::messages::AlterIsr {
+            leader_id: self.broker_id(),
+            topic_id: controller::TopicId(replica.topic_id),
+            partition: controller::PartitionIndex(
+                u32::try_from(key.partition).expect("partition index non-negative"),
+            ),
+            leader_epoch: controller::LeaderEpoch(role.leader_epoch),
+            partition_epoch: controller::PartitionEpoch(role.partition_epoch),
+            new_isr: new_isr.iter().map(|&b| BrokerId(b)).collect(),
+        };
+        tracing::info!(topic = %key.topic, partition = key.partition, from = ?role.isr, to = ?new_isr, "asking to change the ISR");
+        replica.alter_isr_in_flight.set(true);
+        let (shard, key, replica) = (self.clone(), key.clone(), replica.clone());
+        runtime::spawn(async move {
+            let reply = shard.call(METADATA_SHARD, ShardOp::AlterIsr(request)).await;
+            match reply {
+                ShardReply::AlterIsr(Ok((isr, partition_epoch))) => {
+                    let current = replica.role.borrow().clone();
+                    if current.leader
+                        && current.leader_epoch == role.leader_epoch
+                        && current.partition_epoch <= partition_epoch
+                    {
+                        *replica.role.borrow_mut() = Role {
+                            isr,
+                            partition_epoch,
+                            ..current
+                        };
+                        shard.update_high_watermark(&replica);
+                    }
+                }
+                ShardReply::AlterIsr(Err(e)) => {
+                    tracing::info!(topic = %key.topic, partition = key.partition, error = %e.message, "ISR change refused; waiting for newer metadata");
+                    // Give the metadata time to catch up before asking again.
+                    runtime::sleep(Duration::from_millis(ISR_CHECK_MS * 5)).await;
+                }
+                other => tracing::warn!(?other, "unexpected AlterIsr reply"),
+            }
+            replica.alter_isr_in_flight.set(false);
+        })
+        .detach();
+    }
+
+    /// Periodic log work, ISR checks and retention, until the shard stops.
     pub async fn run_maintenance(self: Rc<Self>) {
         let mut last_retention = Instant::now();
+        let mut last_isr_check = Instant::now();
         while !self.stopping.get() {
             runtime::sleep(Duration::from_millis(LOG_MAINTENANCE_MS)).await;
+            if last_isr_check.elapsed() >= Duration::from_millis(ISR_CHECK_MS) {
+                last_isr_check = Instant::now();
+                let leaders: Vec<(PartitionKey, Rc<Replica>)> = self
+                    .replicas
+                    .borrow()
+                    .iter()
+                    .filter(|(_, r)| r.role.borrow().leader)
+                    .map(|(k, r)| (k.clone(), r.clone()))
+                    .collect();
+                for (key, replica) in leaders {
+                    self.check_isr(&key, &replica);
+                }
+            }
             let replicas: Vec<(PartitionKey, Rc<Replica>)> = self
                 .replicas
                 .borrow()
@@ -833,11 +1260,14 @@ impl Shard {
                     tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "log maintenance failed");
                 }
                 if retention_due {
-                    match replica
-                        .log
-                        .enforce_retention(replica.log.log_end_offset())
-                        .await
-                    {
+                    // Never past the high watermark: followers may still need it.
+                    let limit = Offset(
+                        replica
+                            .high_watermark
+                            .get()
+                            .min(replica.log.log_end_offset().0),
+                    );
+                    match replica.log.enforce_retention(limit).await {
                         Ok(0) => {}
                         Ok(n) => {
                             tracing::info!(topic = %key.topic, partition = key.partition, segments = n, "retention deleted segments")
@@ -875,6 +1305,15 @@ impl Shard {
         self.metrics
             .render(self.id, &partitions, self.cache.borrow().size_bytes())
     }
+}
+
+/// `min.insync.replicas` of a topic, 1 when unset.
+fn min_insync(config: &std::collections::BTreeMap<String, String>) -> usize {
+    config
+        .get(MIN_INSYNC_REPLICAS)
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// Puts the controller's answers for the forwarded topics into `outcomes`.

@@ -359,6 +359,8 @@ pub fn fetch_request(
                     partition: entry.partition,
                     fetch_offset: entry.fetch_offset,
                     max_bytes: entry.max_bytes,
+                    current_leader_epoch: -1,
+                    last_fetched_epoch: -1,
                 },
             ));
             index += 1;
@@ -374,6 +376,7 @@ pub fn fetch_request(
     let request = wire::FetchRequest::create(
         &mut fbb,
         &wire::FetchRequestArgs {
+            replica_id: -1,
             max_wait_ms,
             min_bytes,
             max_bytes,

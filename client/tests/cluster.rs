@@ -1,4 +1,7 @@
 //! Three controllers and three brokers on 127.0.0.1, all real processes.
+//! Records acknowledged with acks=all survive the kill -9 of their leader:
+//! the new leader, elected from the ISR, serves every one of them, and the
+//! restarted broker catches up as a follower and rejoins the ISR.
 //! A topic created through one broker is forwarded to the controller, placed
 //! over all brokers, and every broker then answers the same metadata; the
 //! client produces to each partition's leader wherever it is. Kill -9 of a
@@ -12,6 +15,7 @@
 //! `RINGLOG_FAILOVER_ROUNDS=N` repeats the broker kill/restart N times and
 //! prints the median time to new leaders (default 1 round).
 
+mod consume;
 mod real_broker;
 mod real_quorum;
 
@@ -146,6 +150,45 @@ async fn produce_each(bootstrap: &str, topic: &str, tag: &str) -> BTreeMap<i32, 
     offsets
 }
 
+/// Records produced with acks=all per failover round.
+const ACKED_RECORDS: usize = 300;
+
+/// Produces `count` keyed records with acks=all; returns the acknowledged
+/// values per partition in offset order.
+async fn produce_acked(bootstrap: &str, topic: &str, count: usize) -> BTreeMap<i32, Vec<String>> {
+    let config = ProducerConfig {
+        acks: Acks::All,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::connect(bootstrap, ClientConfig::default(), config)
+        .await
+        .expect("producer connects");
+    let mut deliveries = Vec::new();
+    for i in 0..count {
+        let value = format!("{topic}-acked-{i}");
+        let record = client::ProducerRecord {
+            topic: topic.into(),
+            key: Some(Bytes::from(format!("key-{}", i % 17))),
+            value: Some(Bytes::from(value.clone())),
+            ..Default::default()
+        };
+        deliveries.push((value, producer.enqueue(record).await.expect("enqueued")));
+    }
+    let mut by_offset: BTreeMap<i32, BTreeMap<i64, String>> = BTreeMap::new();
+    for (value, delivery) in deliveries {
+        let (partition, offset) = delivery.await.expect("acknowledged by the ISR");
+        by_offset
+            .entry(partition)
+            .or_default()
+            .insert(offset, value);
+    }
+    producer.close().await.unwrap();
+    by_offset
+        .into_iter()
+        .map(|(p, values)| (p, values.into_values().collect()))
+        .collect()
+}
+
 fn median(mut values: Vec<u128>) -> u128 {
     values.sort();
     values[values.len() / 2]
@@ -210,55 +253,26 @@ fn three_controllers_three_brokers_fail_over() {
     let first = runtime.block_on(produce_each(&brokers.bootstrap(1), TOPIC, "before"));
     assert_eq!(first.len(), PARTITIONS as usize);
 
-    // acks=all cannot be met while followers do not copy data: refused, not
-    // acknowledged.
-    runtime.block_on(async {
-        let config = ProducerConfig {
-            acks: Acks::All,
-            retries_max: 0,
-            ..ProducerConfig::default()
-        };
-        let producer = Producer::connect(&brokers.bootstrap(1), ClientConfig::default(), config)
-            .await
-            .unwrap();
-        let record = client::ProducerRecord {
-            topic: TOPIC.into(),
-            partition: Some(0),
-            value: Some(Bytes::from_static(b"all")),
-            ..Default::default()
-        };
-        let delivery = producer.enqueue(record).await.unwrap().await;
-        assert!(
-            matches!(
-                &delivery,
-                Err(client::ClientError::Broker {
-                    code: protocol::ErrorCode::NotEnoughReplicas,
-                    ..
-                })
-            ),
-            "{delivery:?}"
-        );
-    });
-
     let rounds: usize = std::env::var("RINGLOG_FAILOVER_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
     let mut failover_ms = Vec::new();
     for round in 0..rounds {
-        // Followers do not copy data yet, so an ISR never grows back after a
-        // broker returns: each round uses a fresh topic with a full ISR.
+        // A fresh topic per round, written with acks=all before the kill.
         let topic = format!("{TOPIC}-{round}");
-        let before = runtime.block_on(async {
+        let (before, acked) = runtime.block_on(async {
             let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
                 .await
                 .unwrap();
+            let configs = [("min.insync.replicas".to_owned(), "2".to_owned())];
             admin
-                .create_topic(&topic, PARTITIONS, 3, &[])
+                .create_topic(&topic, PARTITIONS, 3, &configs)
                 .await
                 .unwrap();
             let metadata = metadata_from(&brokers.bootstrap(1)).await.unwrap();
-            leaders(&metadata, &topic)
+            let acked = produce_acked(&brokers.bootstrap(1), &topic, ACKED_RECORDS).await;
+            (leaders(&metadata, &topic), acked)
         });
         // Kill -9 a broker that leads something.
         let victim = before[&0].0 as u32;
@@ -310,6 +324,25 @@ fn three_controllers_three_brokers_fail_over() {
                 "fenced broker left the ISR of {p}"
             );
         }
+        // Every acknowledged record is on the new leaders, in order.
+        runtime.block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let read = consume::consume_all(&brokers.bootstrap(witness), &topic).await;
+                let read: BTreeMap<i32, Vec<String>> = read
+                    .into_iter()
+                    .map(|(p, records)| (p, records.into_iter().map(|r| r.2).collect()))
+                    .collect();
+                if read == acked {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "acknowledged records lost or reordered after the failover:\nacked {acked:?}\nread {read:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
         // Produce still reaches every partition, now on the survivors.
         let offsets = runtime.block_on(produce_each(&brokers.bootstrap(witness), &topic, "during"));
         assert_eq!(offsets.len(), PARTITIONS as usize);
@@ -338,6 +371,27 @@ fn three_controllers_three_brokers_fail_over() {
                 assert!(
                     Instant::now() < deadline,
                     "broker {victim} not registered again"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        // It catches up as a follower and its leaders put it back in the ISR.
+        runtime.block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let now = metadata_from(&brokers.bootstrap(witness))
+                    .await
+                    .map(|m| leaders(&m, &topic))
+                    .unwrap_or_default();
+                if now.len() == PARTITIONS as usize
+                    && now.values().all(|(_, _, isr)| isr.len() == 3)
+                {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "broker {victim} did not rejoin the ISR: {now:?}\n{}",
+                    brokers.logs()
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -397,7 +451,7 @@ fn three_controllers_three_brokers_fail_over() {
     });
     brokers.signal(paused, "-CONT");
     runtime.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let own = metadata_from(&brokers.bootstrap(paused))
                 .await
@@ -408,7 +462,11 @@ fn three_controllers_three_brokers_fail_over() {
             }
             assert!(
                 Instant::now() < deadline,
-                "resumed broker {paused} still sees {own:?}"
+                "resumed broker {paused} still sees {own:?}\n{}",
+                brokers.brokers[(paused - 1) as usize]
+                    .as_ref()
+                    .unwrap()
+                    .log()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -3,61 +3,22 @@
 //! everything consumed back in per-partition order with the same keys in the
 //! same partitions, then again after a clean restart and after kill -9.
 
+mod consume;
 mod real_broker;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use bytes::Bytes;
 use client::partitioner::partition_for_key;
-use client::{
-    Acks, Admin, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, SeekTo,
-};
+use client::{Acks, Admin, ClientConfig, Producer, ProducerConfig};
+use consume::consume_all;
 use protocol::Compression;
 use real_broker::{free_port_block, RealBroker};
 
 const PARTITIONS: i32 = 4;
 const TOPIC: &str = "events";
-
-/// (partition -> [(offset, key, value)]) read with the client from the earliest offset.
-async fn consume_all(bootstrap: &str) -> BTreeMap<i32, Vec<(i64, String, String)>> {
-    let mut consumer = Consumer::connect(
-        bootstrap,
-        ClientConfig::default(),
-        ConsumerConfig::default(),
-    )
-    .await
-    .unwrap();
-    let partitions = consumer.assign(TOPIC, None).await.unwrap();
-    let ends = consumer.end_offsets(TOPIC, &partitions).await.unwrap();
-    for &p in &partitions {
-        consumer.seek(TOPIC, p, SeekTo::Earliest).await.unwrap();
-    }
-    let mut out: BTreeMap<i32, Vec<(i64, String, String)>> = BTreeMap::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while partitions
-        .iter()
-        .any(|p| consumer.position(TOPIC, *p).unwrap_or(0) < ends[p])
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "consumed up to the end offsets"
-        );
-        for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
-            let key = r
-                .key
-                .map(|k| String::from_utf8(k.to_vec()).unwrap())
-                .unwrap_or_default();
-            let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-            out.entry(r.partition)
-                .or_default()
-                .push((r.offset, key, value));
-        }
-    }
-    out
-}
 
 fn check(read: &BTreeMap<i32, Vec<(i64, String, String)>>, expected: &[(String, String)]) {
     let mut total = 0;
@@ -188,7 +149,7 @@ fn cli_and_client_produce_consume_restart_and_crash() {
             assert!(offset >= 0);
         }
         producer.close().await.unwrap();
-        check(&consume_all(&bootstrap).await, &expected);
+        check(&consume_all(&bootstrap, TOPIC).await, &expected);
     });
 
     // The CLI reads the same records of one partition, in order.
@@ -218,7 +179,7 @@ fn cli_and_client_produce_consume_restart_and_crash() {
         .lines()
         .map(str::to_owned)
         .collect();
-    let from_client = runtime.block_on(consume_all(&bootstrap));
+    let from_client = runtime.block_on(consume_all(&bootstrap, TOPIC));
     let partition0: Vec<String> = from_client
         .get(&0)
         .map(|r| r.iter().map(|(o, k, v)| format!("{o} {k} {v}")).collect())
@@ -227,7 +188,7 @@ fn cli_and_client_produce_consume_restart_and_crash() {
 
     broker.stop();
     let mut broker = RealBroker::start(&data, port);
-    runtime.block_on(async { check(&consume_all(&bootstrap).await, &expected) });
+    runtime.block_on(async { check(&consume_all(&bootstrap, TOPIC).await, &expected) });
     assert!(
         !broker.log().contains("truncating"),
         "clean restart needs no recovery"
@@ -236,7 +197,7 @@ fn cli_and_client_produce_consume_restart_and_crash() {
     broker.kill9();
     let _broker = RealBroker::start(&data, port);
     runtime.block_on(async {
-        check(&consume_all(&bootstrap).await, &expected);
+        check(&consume_all(&bootstrap, TOPIC).await, &expected);
         let admin = Admin::connect(&bootstrap, ClientConfig::default())
             .await
             .unwrap();

@@ -12,7 +12,7 @@ use protocol::{wire, ErrorCode};
 
 use super::{finish, parse, HandlerResult, Reply};
 use crate::runtime::{self, Watermark};
-use crate::shard::{FetchOutcome, OpError, PartitionKey, Shard, ShardOp, ShardReply};
+use crate::shard::{FetchOutcome, OpError, PartitionKey, ReplicaFetch, Shard, ShardOp, ShardReply};
 
 /// Partitions in one fetch request.
 pub const FETCH_PARTITIONS_MAX: usize = 10_000;
@@ -22,6 +22,7 @@ struct Wanted {
     key: PartitionKey,
     offset: i64,
     max_bytes: usize,
+    replica: Option<ReplicaFetch>,
 }
 
 async fn fetch_one(
@@ -30,6 +31,7 @@ async fn fetch_one(
     offset: i64,
     max_bytes: usize,
     wait_ms: u64,
+    replica: Option<ReplicaFetch>,
 ) -> FetchOutcome {
     let owner = match shard.owner(&key.topic, key.partition) {
         Ok(owner) => owner,
@@ -39,7 +41,7 @@ async fn fetch_one(
                 high_watermark: -1,
                 log_start_offset: -1,
                 log_end_offset: -1,
-                records: Default::default(),
+                ..FetchOutcome::default()
             }
         }
     };
@@ -51,6 +53,7 @@ async fn fetch_one(
                 offset,
                 max_bytes,
                 wait_ms,
+                replica,
             },
         )
         .await
@@ -73,6 +76,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
         .min(shard.config.fetch_wait_ms_max);
     let min_bytes = request.min_bytes().max(0) as usize;
     let response_bytes_max = request.max_bytes().max(1) as usize;
+    let replica_id = request.replica_id();
     let mut names = Vec::new();
     let mut wanted = Vec::new();
     for (topic_index, topic) in request.topics().ok_or("no topics")?.iter().enumerate() {
@@ -82,6 +86,13 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
                 return Err(format!("more than {FETCH_PARTITIONS_MAX} partitions"));
             }
             let max_bytes = (partition.max_bytes().max(1) as usize).min(response_bytes_max);
+            let replica = u32::try_from(replica_id)
+                .ok()
+                .map(|broker_id| ReplicaFetch {
+                    broker_id,
+                    current_leader_epoch: partition.current_leader_epoch(),
+                    last_fetched_epoch: partition.last_fetched_epoch(),
+                });
             wanted.push(Wanted {
                 topic_index,
                 key: PartitionKey {
@@ -90,6 +101,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
                 },
                 offset: partition.fetch_offset(),
                 max_bytes,
+                replica,
             });
         }
         names.push(name);
@@ -104,6 +116,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
                 w.offset,
                 w.max_bytes,
                 0,
+                w.replica,
             ))
         })
         .collect();
@@ -137,7 +150,10 @@ async fn wait_for_data(
     let finished = Rc::new(Cell::new(0usize));
     let mut waiting = 0;
     for (i, w) in wanted.iter().enumerate() {
-        if !outcomes[i].records.is_empty() || outcomes[i].error.is_some() {
+        if !outcomes[i].records.is_empty()
+            || outcomes[i].error.is_some()
+            || outcomes[i].diverging.is_some()
+        {
             continue;
         }
         waiting += 1;
@@ -151,9 +167,9 @@ async fn wait_for_data(
             bytes.clone(),
             finished.clone(),
         );
-        let (offset, max_bytes) = (w.offset, w.max_bytes);
+        let (offset, max_bytes, replica) = (w.offset, w.max_bytes, w.replica);
         runtime::spawn(async move {
-            let outcome = fetch_one(shard, key, offset, max_bytes, wait_ms).await;
+            let outcome = fetch_one(shard, key, offset, max_bytes, wait_ms, replica).await;
             let got = outcome.records.len() as i64;
             arrived.borrow_mut().push((i, outcome));
             finished.set(finished.get() + 1);
@@ -211,6 +227,8 @@ fn build_response(
                 log_start_offset: outcome.log_start_offset,
                 log_end_offset: outcome.log_end_offset,
                 records: Some(&range),
+                diverging_epoch: outcome.diverging.map_or(-1, |d| d.0),
+                diverging_end_offset: outcome.diverging.map_or(-1, |d| d.1),
             },
         ));
     }
@@ -240,4 +258,116 @@ fn build_response(
         body: finish(fbb, root),
         payload,
     }
+}
+
+/// One partition of a follower's fetch.
+#[derive(Clone, Debug)]
+pub struct ReplicaFetchPartition {
+    pub key: PartitionKey,
+    pub fetch_offset: i64,
+    pub current_leader_epoch: i32,
+    pub last_fetched_epoch: i32,
+}
+
+/// The body of a follower's fetch (`replica_id` = its broker id).
+pub fn encode_replica_fetch(
+    replica_id: u32,
+    max_wait_ms: i32,
+    partition_bytes_max: i32,
+    partitions: &[ReplicaFetchPartition],
+) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let mut by_topic: std::collections::BTreeMap<&str, Vec<_>> = Default::default();
+    for p in partitions {
+        let entry = wire::FetchPartition::create(
+            &mut fbb,
+            &wire::FetchPartitionArgs {
+                partition: p.key.partition,
+                fetch_offset: p.fetch_offset,
+                max_bytes: partition_bytes_max,
+                current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: p.last_fetched_epoch,
+            },
+        );
+        by_topic
+            .entry(p.key.topic.as_str())
+            .or_default()
+            .push(entry);
+    }
+    let topics: Vec<_> = by_topic
+        .into_iter()
+        .map(|(name, entries)| {
+            let name = fbb.create_string(name);
+            let partitions = fbb.create_vector(&entries);
+            wire::FetchTopic::create(
+                &mut fbb,
+                &wire::FetchTopicArgs {
+                    name: Some(name),
+                    partitions: Some(partitions),
+                },
+            )
+        })
+        .collect();
+    let topics = fbb.create_vector(&topics);
+    let root = wire::FetchRequest::create(
+        &mut fbb,
+        &wire::FetchRequestArgs {
+            replica_id: i32::try_from(replica_id).unwrap_or(i32::MAX),
+            max_wait_ms,
+            min_bytes: 1,
+            max_bytes: partition_bytes_max.saturating_mul(16),
+            topics: Some(topics),
+        },
+    );
+    finish(fbb, root)
+}
+
+/// A leader's answer for one partition, as a follower uses it.
+#[derive(Clone, Debug)]
+pub struct FetchedPartition {
+    pub error: ErrorCode,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+    pub diverging: Option<(i32, i64)>,
+    pub records: bytes::Bytes,
+}
+
+/// Decodes a fetch response whose batches are in `payload`.
+pub fn decode_fetch_response(
+    body: &[u8],
+    payload: &bytes::Bytes,
+) -> Result<std::collections::HashMap<PartitionKey, FetchedPartition>, String> {
+    let response = parse::<wire::FetchResponse>(body)?;
+    let mut out = std::collections::HashMap::new();
+    for topic in response.topics().iter().flatten() {
+        let name = topic.name().unwrap_or_default();
+        for p in topic.partitions().iter().flatten() {
+            let records = match p.records() {
+                Some(range) => {
+                    let (start, len) = (range.offset() as usize, range.length() as usize);
+                    if start.checked_add(len).is_none_or(|end| end > payload.len()) {
+                        return Err("records range outside the payload".into());
+                    }
+                    payload.slice(start..start + len)
+                }
+                None => bytes::Bytes::new(),
+            };
+            let diverging = (p.diverging_epoch() >= 0 || p.diverging_end_offset() >= 0)
+                .then_some((p.diverging_epoch(), p.diverging_end_offset()));
+            out.insert(
+                PartitionKey {
+                    topic: name.to_owned(),
+                    partition: p.partition(),
+                },
+                FetchedPartition {
+                    error: ErrorCode::from_u16(p.error_code()),
+                    high_watermark: p.high_watermark(),
+                    log_end_offset: p.log_end_offset(),
+                    diverging,
+                    records,
+                },
+            );
+        }
+    }
+    Ok(out)
 }

@@ -5,7 +5,7 @@
 
 mod admin;
 mod api_versions;
-mod fetch;
+pub mod fetch;
 mod list_offsets;
 mod metadata;
 mod produce;

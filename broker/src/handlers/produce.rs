@@ -26,6 +26,8 @@ pub(super) async fn handle(
 ) -> HandlerResult {
     let request = parse::<wire::ProduceRequest>(body)?;
     let acks = request.acks();
+    // acks=all waits for the in-sync replicas at most this long.
+    let timeout_ms = u64::try_from(request.timeout_ms().max(1)).unwrap_or(1);
     if !matches!(acks, -1..=1) {
         return Err(format!("acks {acks} is not 0, 1 or -1"));
     }
@@ -57,7 +59,15 @@ pub(super) async fn handle(
                 runtime::spawn(async move {
                     let owner = owner?;
                     match shard
-                        .call(owner, ShardOp::Produce { key, batch, acks })
+                        .call(
+                            owner,
+                            ShardOp::Produce {
+                                key,
+                                batch,
+                                acks,
+                                timeout_ms,
+                            },
+                        )
                         .await
                     {
                         ShardReply::Produce(result) => result,

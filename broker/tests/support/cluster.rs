@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,28 +13,11 @@ use protocol::flatbuffers::FlatBufferBuilder;
 use protocol::frame::{decode_response, encode_request, RequestHeader};
 use protocol::{wire, ApiKey, ErrorCode};
 
-/// Finds a port P such that P, the shard ports after it and P + 64 (admin) and P + 65 (embedded controller) are free.
-pub fn free_port_block(shards: u16) -> u16 {
-    for _ in 0..200 {
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
-        if port > 60_000 {
-            continue;
-        }
-        let ports: Vec<u16> = (0..=shards)
-            .map(|i| port + i)
-            .chain([port + 64, port + 65])
-            .collect();
-        if ports
-            .iter()
-            .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        {
-            return port;
-        }
-    }
-    panic!("no free port block");
-}
+// The client's end-to-end helpers own the port choice; shared by path so
+// every multi-process test picks ports the same way.
+#[path = "../../../client/tests/real_broker/mod.rs"]
+mod real_broker;
+pub use real_broker::free_port_block;
 
 #[derive(Debug)]
 pub struct Broker {
@@ -345,6 +328,8 @@ impl Client {
                 partition,
                 fetch_offset: offset,
                 max_bytes,
+                current_leader_epoch: -1,
+                last_fetched_epoch: -1,
             },
         );
         let partitions = fbb.create_vector(&[p]);
@@ -360,6 +345,7 @@ impl Client {
         let root = wire::FetchRequest::create(
             &mut fbb,
             &wire::FetchRequestArgs {
+                replica_id: -1,
                 max_wait_ms,
                 min_bytes: 1,
                 max_bytes: 64 << 20,

@@ -382,6 +382,8 @@ fn fetch(context: &ListenerContext, body: &[u8]) -> (Vec<u8>, Vec<u8>) {
                     log_start_offset: 0,
                     log_end_offset: log.log_end_offset,
                     records: Some(&records),
+                    diverging_epoch: -1,
+                    diverging_end_offset: -1,
                 },
             ));
         }

@@ -29,17 +29,25 @@ fn broker_binary() -> &'static PathBuf {
     })
 }
 
-/// A free port P with P+1..=P+shards and P+64, P+65 free too.
+/// A free port P with P+1..=P+shards and P+64 (admin), P+65 (embedded
+/// controller) free too. Taken below the kernel's ephemeral range (32768 and
+/// up by default), so outgoing connections, which take ephemeral ports, never
+/// grab a broker's port between this check and the bind, nor while a killed
+/// broker is down before its restart.
 pub fn free_port_block(shards: u16) -> u16 {
-    for _ in 0..200 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if port > 60_000 {
-            continue;
-        }
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const HIGH: u32 = 32_000;
+    const STRIDE: u32 = 80;
+    static CURSOR: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(7919)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    let slots = (HIGH - LOW) / STRIDE;
+    for _ in 0..slots {
+        let step = CURSOR.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (seed.wrapping_add(step) % slots) * STRIDE) as u16;
         if (0..=shards)
             .map(|i| port + i)
             .chain([port + 64, port + 65])

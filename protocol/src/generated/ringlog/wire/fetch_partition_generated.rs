@@ -21,6 +21,8 @@ impl<'a> FetchPartition<'a> {
   pub const VT_PARTITION: ::flatbuffers::VOffsetT = 4;
   pub const VT_FETCH_OFFSET: ::flatbuffers::VOffsetT = 6;
   pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 8;
+  pub const VT_CURRENT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 10;
+  pub const VT_LAST_FETCHED_EPOCH: ::flatbuffers::VOffsetT = 12;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -33,6 +35,8 @@ impl<'a> FetchPartition<'a> {
   ) -> ::flatbuffers::WIPOffset<FetchPartition<'bldr>> {
     let mut builder = FetchPartitionBuilder::new(_fbb);
     builder.add_fetch_offset(args.fetch_offset);
+    builder.add_last_fetched_epoch(args.last_fetched_epoch);
+    builder.add_current_leader_epoch(args.current_leader_epoch);
     builder.add_max_bytes(args.max_bytes);
     builder.add_partition(args.partition);
     builder.finish()
@@ -60,6 +64,20 @@ impl<'a> FetchPartition<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<i32>(FetchPartition::VT_MAX_BYTES, Some(1048576)).unwrap()}
   }
+  #[inline]
+  pub fn current_leader_epoch(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(FetchPartition::VT_CURRENT_LEADER_EPOCH, Some(-1)).unwrap()}
+  }
+  #[inline]
+  pub fn last_fetched_epoch(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(FetchPartition::VT_LAST_FETCHED_EPOCH, Some(-1)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for FetchPartition<'_> {
@@ -71,6 +89,8 @@ impl ::flatbuffers::Verifiable for FetchPartition<'_> {
      .visit_field::<i32>("partition", Self::VT_PARTITION, false)?
      .visit_field::<i64>("fetch_offset", Self::VT_FETCH_OFFSET, false)?
      .visit_field::<i32>("max_bytes", Self::VT_MAX_BYTES, false)?
+     .visit_field::<i32>("current_leader_epoch", Self::VT_CURRENT_LEADER_EPOCH, false)?
+     .visit_field::<i32>("last_fetched_epoch", Self::VT_LAST_FETCHED_EPOCH, false)?
      .finish();
     Ok(())
   }
@@ -79,6 +99,8 @@ pub struct FetchPartitionArgs {
     pub partition: i32,
     pub fetch_offset: i64,
     pub max_bytes: i32,
+    pub current_leader_epoch: i32,
+    pub last_fetched_epoch: i32,
 }
 impl<'a> Default for FetchPartitionArgs {
   #[inline]
@@ -87,6 +109,8 @@ impl<'a> Default for FetchPartitionArgs {
       partition: 0,
       fetch_offset: 0,
       max_bytes: 1048576,
+      current_leader_epoch: -1,
+      last_fetched_epoch: -1,
     }
   }
 }
@@ -109,6 +133,14 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FetchPartitionBuilder<'a, 'b,
     self.fbb_.push_slot::<i32>(FetchPartition::VT_MAX_BYTES, max_bytes, 1048576);
   }
   #[inline]
+  pub fn add_current_leader_epoch(&mut self, current_leader_epoch: i32) {
+    self.fbb_.push_slot::<i32>(FetchPartition::VT_CURRENT_LEADER_EPOCH, current_leader_epoch, -1);
+  }
+  #[inline]
+  pub fn add_last_fetched_epoch(&mut self, last_fetched_epoch: i32) {
+    self.fbb_.push_slot::<i32>(FetchPartition::VT_LAST_FETCHED_EPOCH, last_fetched_epoch, -1);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> FetchPartitionBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     FetchPartitionBuilder {
@@ -129,6 +161,8 @@ impl ::core::fmt::Debug for FetchPartition<'_> {
       ds.field("partition", &self.partition());
       ds.field("fetch_offset", &self.fetch_offset());
       ds.field("max_bytes", &self.max_bytes());
+      ds.field("current_leader_epoch", &self.current_leader_epoch());
+      ds.field("last_fetched_epoch", &self.last_fetched_epoch());
       ds.finish()
   }
 }

@@ -24,6 +24,8 @@ impl<'a> FetchPartitionResult<'a> {
   pub const VT_LOG_START_OFFSET: ::flatbuffers::VOffsetT = 10;
   pub const VT_LOG_END_OFFSET: ::flatbuffers::VOffsetT = 12;
   pub const VT_RECORDS: ::flatbuffers::VOffsetT = 14;
+  pub const VT_DIVERGING_EPOCH: ::flatbuffers::VOffsetT = 16;
+  pub const VT_DIVERGING_END_OFFSET: ::flatbuffers::VOffsetT = 18;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -35,9 +37,11 @@ impl<'a> FetchPartitionResult<'a> {
     args: &'args FetchPartitionResultArgs<'args>
   ) -> ::flatbuffers::WIPOffset<FetchPartitionResult<'bldr>> {
     let mut builder = FetchPartitionResultBuilder::new(_fbb);
+    builder.add_diverging_end_offset(args.diverging_end_offset);
     builder.add_log_end_offset(args.log_end_offset);
     builder.add_log_start_offset(args.log_start_offset);
     builder.add_high_watermark(args.high_watermark);
+    builder.add_diverging_epoch(args.diverging_epoch);
     if let Some(x) = args.records { builder.add_records(x); }
     builder.add_partition(args.partition);
     builder.add_error_code(args.error_code);
@@ -87,6 +91,20 @@ impl<'a> FetchPartitionResult<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<ByteRange>(FetchPartitionResult::VT_RECORDS, None)}
   }
+  #[inline]
+  pub fn diverging_epoch(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(FetchPartitionResult::VT_DIVERGING_EPOCH, Some(-1)).unwrap()}
+  }
+  #[inline]
+  pub fn diverging_end_offset(&self) -> i64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(FetchPartitionResult::VT_DIVERGING_END_OFFSET, Some(-1)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for FetchPartitionResult<'_> {
@@ -101,6 +119,8 @@ impl ::flatbuffers::Verifiable for FetchPartitionResult<'_> {
      .visit_field::<i64>("log_start_offset", Self::VT_LOG_START_OFFSET, false)?
      .visit_field::<i64>("log_end_offset", Self::VT_LOG_END_OFFSET, false)?
      .visit_field::<ByteRange>("records", Self::VT_RECORDS, false)?
+     .visit_field::<i32>("diverging_epoch", Self::VT_DIVERGING_EPOCH, false)?
+     .visit_field::<i64>("diverging_end_offset", Self::VT_DIVERGING_END_OFFSET, false)?
      .finish();
     Ok(())
   }
@@ -112,6 +132,8 @@ pub struct FetchPartitionResultArgs<'a> {
     pub log_start_offset: i64,
     pub log_end_offset: i64,
     pub records: Option<&'a ByteRange>,
+    pub diverging_epoch: i32,
+    pub diverging_end_offset: i64,
 }
 impl<'a> Default for FetchPartitionResultArgs<'a> {
   #[inline]
@@ -123,6 +145,8 @@ impl<'a> Default for FetchPartitionResultArgs<'a> {
       log_start_offset: -1,
       log_end_offset: -1,
       records: None,
+      diverging_epoch: -1,
+      diverging_end_offset: -1,
     }
   }
 }
@@ -157,6 +181,14 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FetchPartitionResultBuilder<'
     self.fbb_.push_slot_always::<&ByteRange>(FetchPartitionResult::VT_RECORDS, records);
   }
   #[inline]
+  pub fn add_diverging_epoch(&mut self, diverging_epoch: i32) {
+    self.fbb_.push_slot::<i32>(FetchPartitionResult::VT_DIVERGING_EPOCH, diverging_epoch, -1);
+  }
+  #[inline]
+  pub fn add_diverging_end_offset(&mut self, diverging_end_offset: i64) {
+    self.fbb_.push_slot::<i64>(FetchPartitionResult::VT_DIVERGING_END_OFFSET, diverging_end_offset, -1);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> FetchPartitionResultBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     FetchPartitionResultBuilder {
@@ -180,6 +212,8 @@ impl ::core::fmt::Debug for FetchPartitionResult<'_> {
       ds.field("log_start_offset", &self.log_start_offset());
       ds.field("log_end_offset", &self.log_end_offset());
       ds.field("records", &self.records());
+      ds.field("diverging_epoch", &self.diverging_epoch());
+      ds.field("diverging_end_offset", &self.diverging_end_offset());
       ds.finish()
   }
 }

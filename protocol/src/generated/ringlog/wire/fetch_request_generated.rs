@@ -18,10 +18,11 @@ impl<'a> ::flatbuffers::Follow<'a> for FetchRequest<'a> {
 }
 
 impl<'a> FetchRequest<'a> {
-  pub const VT_MAX_WAIT_MS: ::flatbuffers::VOffsetT = 4;
-  pub const VT_MIN_BYTES: ::flatbuffers::VOffsetT = 6;
-  pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 8;
-  pub const VT_TOPICS: ::flatbuffers::VOffsetT = 10;
+  pub const VT_REPLICA_ID: ::flatbuffers::VOffsetT = 4;
+  pub const VT_MAX_WAIT_MS: ::flatbuffers::VOffsetT = 6;
+  pub const VT_MIN_BYTES: ::flatbuffers::VOffsetT = 8;
+  pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 10;
+  pub const VT_TOPICS: ::flatbuffers::VOffsetT = 12;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -37,10 +38,18 @@ impl<'a> FetchRequest<'a> {
     builder.add_max_bytes(args.max_bytes);
     builder.add_min_bytes(args.min_bytes);
     builder.add_max_wait_ms(args.max_wait_ms);
+    builder.add_replica_id(args.replica_id);
     builder.finish()
   }
 
 
+  #[inline]
+  pub fn replica_id(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(FetchRequest::VT_REPLICA_ID, Some(-1)).unwrap()}
+  }
   #[inline]
   pub fn max_wait_ms(&self) -> i32 {
     // Safety:
@@ -77,6 +86,7 @@ impl ::flatbuffers::Verifiable for FetchRequest<'_> {
     v: &mut ::flatbuffers::Verifier, pos: usize
   ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
     v.visit_table(pos)?
+     .visit_field::<i32>("replica_id", Self::VT_REPLICA_ID, false)?
      .visit_field::<i32>("max_wait_ms", Self::VT_MAX_WAIT_MS, false)?
      .visit_field::<i32>("min_bytes", Self::VT_MIN_BYTES, false)?
      .visit_field::<i32>("max_bytes", Self::VT_MAX_BYTES, false)?
@@ -86,6 +96,7 @@ impl ::flatbuffers::Verifiable for FetchRequest<'_> {
   }
 }
 pub struct FetchRequestArgs<'a> {
+    pub replica_id: i32,
     pub max_wait_ms: i32,
     pub min_bytes: i32,
     pub max_bytes: i32,
@@ -95,6 +106,7 @@ impl<'a> Default for FetchRequestArgs<'a> {
   #[inline]
   fn default() -> Self {
     FetchRequestArgs {
+      replica_id: -1,
       max_wait_ms: 500,
       min_bytes: 1,
       max_bytes: 52428800,
@@ -108,6 +120,10 @@ pub struct FetchRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
   start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
 }
 impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FetchRequestBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_replica_id(&mut self, replica_id: i32) {
+    self.fbb_.push_slot::<i32>(FetchRequest::VT_REPLICA_ID, replica_id, -1);
+  }
   #[inline]
   pub fn add_max_wait_ms(&mut self, max_wait_ms: i32) {
     self.fbb_.push_slot::<i32>(FetchRequest::VT_MAX_WAIT_MS, max_wait_ms, 500);
@@ -142,6 +158,7 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FetchRequestBuilder<'a, 'b, A
 impl ::core::fmt::Debug for FetchRequest<'_> {
   fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
     let mut ds = f.debug_struct("FetchRequest");
+      ds.field("replica_id", &self.replica_id());
       ds.field("max_wait_ms", &self.max_wait_ms());
       ds.field("min_bytes", &self.min_bytes());
       ds.field("max_bytes", &self.max_bytes());
