@@ -523,7 +523,23 @@ impl Shard {
         self.metrics
             .on_append(info.log_end_offset.0 - info.base_offset.0);
         if acks == -1 {
-            replica.log.wait_for_ack(info.log_end_offset).await?;
+            if let Err(e) = replica.log.wait_for_ack(info.log_end_offset).await {
+                let moved = {
+                    let current = replica.role.borrow();
+                    !current.leader || current.leader_epoch != role.leader_epoch
+                };
+                return Err(if moved {
+                    OpError::new(
+                        ErrorCode::NotLeaderOrFollower,
+                        format!(
+                            "leadership of {}-{} moved before the write was durable",
+                            key.topic, key.partition
+                        ),
+                    )
+                } else {
+                    e.into()
+                });
+            }
             self.wait_committed(&key, &replica, &role, info.log_end_offset.0, timeout_ms)
                 .await?;
         }

@@ -375,6 +375,16 @@ impl PartitionLog {
             if self.durable.get() >= target.0 {
                 break;
             }
+            let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
+            if target > log_end {
+                // Truncated while waiting (a leader became a follower): those
+                // records are gone and will never be durable here.
+                return Err(LogError::OffsetOutOfRange {
+                    requested: target,
+                    log_start,
+                    log_end,
+                });
+            }
             self.write_out(true).await?;
         }
         Ok(())
