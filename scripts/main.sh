@@ -45,6 +45,10 @@ target/release/ringlog-loadgen run --bootstrap "127.0.0.1:$port" --scenario 1m-5
 kill -TERM $broker
 wait $broker || true
 trap - EXIT
+# A 30 s run writes about 15 GB; keep it only when asked (KEEP_DATA=1).
+if [ "${KEEP_DATA:-0}" != "1" ]; then
+    rm -rf "$data"
+fi
 echo
 echo "broker log: $work/broker-$stamp.log"
 echo "report directory: $(pwd)/$report"

@@ -76,7 +76,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,openraft=warn".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .init();
     let cli = Cli::parse();
     match cli.command {
@@ -173,5 +173,22 @@ fn verify_log(dir: PathBuf, print: bool) -> ExitCode {
             );
             ExitCode::from(1)
         }
+    }
+}
+
+/// Standard error that drops what it cannot write. The log file may sit on the
+/// disk that just filled up; the logger must not take the process down with
+/// it (tracing-subscriber reports a failed write with a print that panics).
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+        Ok(())
     }
 }

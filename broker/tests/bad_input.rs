@@ -282,3 +282,23 @@ fn pipelined_requests_are_answered_in_order() {
     assert_eq!(client.list_offset("t", 0, -1), (ErrorCode::None, 100));
     still_serving(&mut broker);
 }
+
+// The disk holding the log file fills up: every write to standard error fails
+// with ENOSPC. The broker keeps serving; it only loses its log lines.
+#[test]
+fn a_full_log_disk_does_not_stop_the_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::start_logging_to(
+        &dir.path().join("data"),
+        1,
+        free_port_block(1),
+        &[],
+        std::path::Path::new("/dev/full"),
+    );
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("t", 1, &[]), ErrorCode::None);
+    // Errors are logged too: ask for an unknown topic.
+    let (code, _) = client.produce("missing", 0, &batch(1, 1, 1, 8), -1);
+    assert_eq!(code, ErrorCode::UnknownTopicOrPartition);
+    still_serving(&mut broker);
+}

@@ -65,7 +65,7 @@ fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,openraft=warn".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .init();
     // Metadata traffic is light: two workers are plenty and leave the cores to brokers.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -85,4 +85,21 @@ async fn run(config: ControllerConfig) -> anyhow::Result<()> {
         _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
     }
     running.stop().await
+}
+
+/// Standard error that drops what it cannot write. The log file may sit on the
+/// disk that just filled up; the logger must not take the process down with
+/// it (tracing-subscriber reports a failed write with a print that panics).
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+        Ok(())
+    }
 }
