@@ -193,11 +193,13 @@ async fn session(shard: &Rc<Shard>, target: &str) -> Result<(), LinkError> {
     shard.broker_epoch.set(epoch.0);
     tracing::info!(controller = %target, broker_epoch = epoch.0, "registered with the controller");
     while !shard.stopping.get() {
-        let ready = shard.has_caught_up();
+        // A broker on its way out must not ask to be unfenced again.
+        let ready = shard.has_caught_up() && !shard.shutting_down.get();
         let request = BrokerHeartbeat {
             broker_id: shard.broker_id(),
             broker_epoch: epoch,
             ready,
+            want_shutdown: false,
         };
         let body = connection
             .call(
@@ -387,6 +389,51 @@ pub fn knows_registration(
     epoch: u64,
 ) -> bool {
     epoch != 0 && view.brokers.get(&me).is_some_and(|b| b.epoch.0 == epoch)
+}
+
+/// Controlled shutdown: asks the controller leader to fence this broker now,
+/// so its partitions get new leaders before it stops serving. Gives up after
+/// `deadline` (the session timeout then does the same, later).
+pub async fn request_shutdown(shard: &Shard, deadline: std::time::Instant) {
+    let epoch = shard.broker_epoch.get();
+    if epoch == 0 {
+        return;
+    }
+    let request = BrokerHeartbeat {
+        broker_id: shard.broker_id(),
+        broker_epoch: BrokerEpoch(epoch),
+        ready: false,
+        want_shutdown: true,
+    };
+    let body = controller::wire::encode_broker_heartbeat_request(&request);
+    let mut targets = Targets::new(shard.config.controllers.clone());
+    targets.next = shard.controller_hint.borrow().clone();
+    while std::time::Instant::now() < deadline {
+        let target = targets.pick();
+        let answer = async {
+            let mut connection = Connection::open(&target).await?;
+            let body = connection
+                .call(ControllerApiKey::BrokerHeartbeat as u16, &body, 0)
+                .await?;
+            let state =
+                controller::wire::decode_broker_heartbeat_response(&body).map_err(malformed)?;
+            Ok::<_, LinkError>(state?)
+        }
+        .await;
+        match answer {
+            Ok(state) => {
+                tracing::info!(
+                    ?state,
+                    "asked the controller to fence this broker for shutdown"
+                );
+                return;
+            }
+            Err(e) => targets.failed("controlled shutdown", &target, e).await,
+        }
+    }
+    tracing::warn!(
+        "controlled shutdown: no controller answered; leadership moves when the session expires"
+    );
 }
 
 /// Sends a leader's ISR change to the controller leader; the new ISR and

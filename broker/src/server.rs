@@ -19,6 +19,10 @@ use crate::runtime::shards::{self, ShardContext};
 use crate::runtime::{self};
 use crate::shard::{MeshMessage, Shard, METADATA_SHARD};
 
+/// How long a stopping broker waits for the controller to move its
+/// leadership elsewhere before it stops serving anyway.
+pub const CONTROLLED_SHUTDOWN_MS_MAX: u64 = 3_000;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("data dir {path}: {source}")]
@@ -137,12 +141,15 @@ async fn run_shard(
         .detach();
     }
     let mut tasks = Vec::new();
+    // The links to the controller are cancelled at shutdown rather than
+    // awaited: a metadata long poll would hold the exit for seconds.
+    let mut links = Vec::new();
     if shard_id == METADATA_SHARD {
-        tasks.push(runtime::spawn(crate::controller_link::run_session(
+        links.push(runtime::spawn(crate::controller_link::run_session(
             shard.clone(),
             config.controllers.clone(),
         )));
-        tasks.push(runtime::spawn(crate::controller_link::run_metadata(
+        links.push(runtime::spawn(crate::controller_link::run_metadata(
             shard.clone(),
             config.controllers.clone(),
         )));
@@ -179,8 +186,15 @@ async fn run_shard(
         "shard ready"
     );
     shards::wait_for_stop(&stop, Duration::from_millis(50)).await;
+    tracing::info!(shard = shard_id, "stopping: handing leadership over");
+    shard
+        .hand_over(std::time::Instant::now() + Duration::from_millis(CONTROLLED_SHUTDOWN_MS_MAX))
+        .await;
     tracing::info!(shard = shard_id, "stopping: draining connections");
     shard.stopping.set(true);
+    for link in links {
+        link.cancel().await;
+    }
     for task in tasks {
         task.await;
     }

@@ -297,6 +297,9 @@ pub struct Shard {
     /// 1 once the metadata shows this broker registered and unfenced: the
     /// shard then opens its listeners.
     pub serving: Watermark,
+    /// Set on a stop signal, before `stopping`: the broker hands its
+    /// leadership over while it still serves.
+    pub shutting_down: Cell<bool>,
     /// Leader shard endpoints this shard runs a follower fetcher for.
     pub fetchers: RefCell<std::collections::HashSet<String>>,
     pub stopping: Cell<bool>,
@@ -329,6 +332,7 @@ impl Shard {
             broker_epoch: Cell::new(0),
             controller_hint: RefCell::new(None),
             serving: Watermark::new(0),
+            shutting_down: Cell::new(false),
             fetchers: RefCell::new(std::collections::HashSet::new()),
             stopping: Cell::new(false),
         }
@@ -1002,6 +1006,24 @@ impl Shard {
                     }
                 },
             }
+        }
+    }
+
+    /// Controlled shutdown, on every shard: keep serving until the metadata
+    /// shows this broker fenced (its partitions led elsewhere) or `deadline`.
+    /// Shard 0 asks the controller for it.
+    pub async fn hand_over(&self, deadline: Instant) {
+        self.shutting_down.set(true);
+        if self.id == METADATA_SHARD {
+            crate::controller_link::request_shutdown(self, deadline).await;
+        }
+        let me = self.broker_id();
+        while Instant::now() < deadline {
+            let fenced = self.view.borrow().brokers.get(&me).is_none_or(|b| b.fenced);
+            if fenced {
+                return;
+            }
+            runtime::sleep(Duration::from_millis(5)).await;
         }
     }
 

@@ -67,6 +67,13 @@ impl Brokers {
         ));
     }
 
+    /// SIGTERM, and wait for a clean exit.
+    fn stop(&mut self, id: u32) {
+        if let Some(mut broker) = self.brokers[(id - 1) as usize].take() {
+            broker.stop();
+        }
+    }
+
     fn kill9(&mut self, id: u32) {
         if let Some(mut broker) = self.brokers[(id - 1) as usize].take() {
             broker.kill9();
@@ -122,7 +129,11 @@ async fn metadata_from(bootstrap: &str) -> Option<std::sync::Arc<ClusterMetadata
 }
 
 /// Produces one keyed record per partition with acks=1 and returns the offsets.
-async fn produce_each(bootstrap: &str, topic: &str, tag: &str) -> BTreeMap<i32, i64> {
+async fn produce_each(
+    bootstrap: &str,
+    topic: &str,
+    tag: &str,
+) -> Result<BTreeMap<i32, i64>, String> {
     let config = ProducerConfig {
         acks: Acks::Leader,
         ..ProducerConfig::default()
@@ -143,11 +154,13 @@ async fn produce_each(bootstrap: &str, topic: &str, tag: &str) -> BTreeMap<i32, 
     }
     let mut offsets = BTreeMap::new();
     for delivery in deliveries {
-        let (partition, offset) = delivery.await.expect("delivered to the leader");
+        let (partition, offset) = delivery
+            .await
+            .map_err(|e| format!("{topic}: not delivered to the leader: {e}"))?;
         offsets.insert(partition, offset);
     }
     producer.close().await.unwrap();
-    offsets
+    Ok(offsets)
 }
 
 /// Records produced with acks=all per failover round.
@@ -250,7 +263,9 @@ fn three_controllers_three_brokers_fail_over() {
 
     // The client finds each partition's leader, wherever it is.
     let _placement = placement;
-    let first = runtime.block_on(produce_each(&brokers.bootstrap(1), TOPIC, "before"));
+    let first = runtime
+        .block_on(produce_each(&brokers.bootstrap(1), TOPIC, "before"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", brokers.logs()));
     assert_eq!(first.len(), PARTITIONS as usize);
 
     let rounds: usize = std::env::var("RINGLOG_FAILOVER_ROUNDS")
@@ -344,7 +359,9 @@ fn three_controllers_three_brokers_fail_over() {
             }
         });
         // Produce still reaches every partition, now on the survivors.
-        let offsets = runtime.block_on(produce_each(&brokers.bootstrap(witness), &topic, "during"));
+        let offsets = runtime
+            .block_on(produce_each(&brokers.bootstrap(witness), &topic, "during"))
+            .unwrap_or_else(|e| panic!("{e}\n{}", brokers.logs()));
         assert_eq!(offsets.len(), PARTITIONS as usize);
 
         // Restarted, it registers again and is a live broker in the metadata.
@@ -403,6 +420,66 @@ fn three_controllers_three_brokers_fail_over() {
             median(failover_ms.clone())
         );
     }
+
+    // SIGTERM a leader: controlled shutdown. By the time the process has
+    // exited, the controller has fenced it and its partitions lead elsewhere,
+    // without waiting for its session to expire.
+    let topic = format!("{TOPIC}-stopped");
+    let before = runtime.block_on(async {
+        let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
+            .await
+            .unwrap();
+        admin
+            .create_topic(&topic, PARTITIONS, 3, &[])
+            .await
+            .unwrap();
+        leaders(&metadata_from(&brokers.bootstrap(1)).await.unwrap(), &topic)
+    });
+    let stopped = before[&0].0 as u32;
+    let witness = if stopped == 1 { 2 } else { 1 };
+    let old_epoch = runtime
+        .block_on(quorum.describe())
+        .and_then(|d| d.brokers.into_iter().find(|b| b.id == stopped))
+        .map(|b| b.epoch)
+        .unwrap();
+    let stop_started = Instant::now();
+    brokers.stop(stopped);
+    eprintln!(
+        "broker {stopped} stopped (controlled shutdown) in {} ms",
+        stop_started.elapsed().as_millis()
+    );
+    let at_exit = runtime
+        .block_on(quorum.describe())
+        .and_then(|d| d.brokers.into_iter().find(|b| b.id == stopped))
+        .unwrap();
+    assert!(
+        at_exit.fenced && at_exit.epoch == old_epoch,
+        "fenced on its own request before it exited: {at_exit:?}"
+    );
+    assert_eq!(at_exit.partitions_led, 0, "{at_exit:?}");
+    runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let now = metadata_from(&brokers.bootstrap(witness))
+                .await
+                .map(|m| leaders(&m, &topic))
+                .unwrap_or_default();
+            let moved = now.len() == PARTITIONS as usize
+                && now.iter().all(|(p, (leader, epoch, _))| {
+                    before[p].0 != stopped as i32
+                        || (*leader != stopped as i32 && *epoch > before[p].1)
+                });
+            if moved {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "brokers never saw the hand-over: {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    brokers.restart(stopped);
 
     // SIGSTOP a leader: fenced and replaced like a dead one. On SIGCONT it
     // catches up with the metadata and refuses produce for what it lost.
@@ -505,11 +582,42 @@ fn three_controllers_three_brokers_fail_over() {
     });
 
     // Kill -9 the Raft leader controller: the data plane keeps serving, and a
-    // new controller leader takes topic creation within 10 s.
+    // new controller leader takes topic creation within 10 s. The writes go
+    // to a fresh topic with every partition led: the earlier phases may have
+    // left some of `orders` offline until its last ISR member is back, which
+    // is the point of unclean election being off.
+    let topic = format!("{TOPIC}-controllerless");
+    runtime.block_on(async {
+        let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
+            .await
+            .unwrap();
+        admin
+            .create_topic(&topic, PARTITIONS, 3, &[])
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = metadata_from(&brokers.bootstrap(1))
+                .await
+                .map(|m| leaders(&m, &topic))
+                .unwrap_or_default();
+            if now.len() == PARTITIONS as usize && now.values().all(|(l, _, _)| *l >= 1) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{topic} not led: {now:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
     let leader = runtime.block_on(quorum.leader(Duration::from_secs(10)));
     quorum.kill9(leader);
     let killed_at = Instant::now();
-    let offsets = runtime.block_on(produce_each(&brokers.bootstrap(1), TOPIC, "controllerless"));
+    let offsets = runtime
+        .block_on(produce_each(
+            &brokers.bootstrap(1),
+            &topic,
+            "controllerless",
+        ))
+        .unwrap_or_else(|e| panic!("{e}\n{}", brokers.logs()));
     assert_eq!(offsets.len(), PARTITIONS as usize);
     runtime.block_on(async {
         let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())

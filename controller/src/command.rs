@@ -32,6 +32,12 @@ pub enum Command {
         broker_id: BrokerId,
         broker_epoch: BrokerEpoch,
     },
+    /// A broker shutting down asks to be fenced now (controlled shutdown): its
+    /// partitions get new leaders from their ISRs before it stops serving.
+    FenceBroker {
+        broker_id: BrokerId,
+        broker_epoch: BrokerEpoch,
+    },
     /// Issued periodically by the controller leader: fences every unfenced broker
     /// whose session deadline is at or before `now_ms`.
     FenceExpiredBrokers {

@@ -57,6 +57,8 @@ pub struct BrokerHeartbeat {
     pub broker_epoch: BrokerEpoch,
     /// Unfence the broker if it is fenced.
     pub ready: bool,
+    /// Controlled shutdown: fence the broker now.
+    pub want_shutdown: bool,
 }
 
 /// A broker's session as a heartbeat reports it.

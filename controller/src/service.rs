@@ -159,8 +159,25 @@ impl ControllerService {
     }
 
     /// Extends the broker's session; a `ready` fenced broker is then unfenced.
+    /// With `want_shutdown` the broker is fenced instead (controlled shutdown).
     pub async fn heartbeat(&self, request: BrokerHeartbeat) -> Result<SessionState, ApiFailure> {
         self.require_leader()?;
+        if request.want_shutdown {
+            let command = Command::FenceBroker {
+                broker_id: request.broker_id,
+                broker_epoch: request.broker_epoch,
+            };
+            return match self.propose(command).await {
+                Ok(_) => {
+                    tracing::info!(broker_id = %request.broker_id, "broker fenced for shutdown");
+                    Ok(SessionState::Fenced)
+                }
+                Err(ProposeError::Refused(
+                    CommandError::UnknownBroker(_) | CommandError::StaleBrokerEpoch { .. },
+                )) => Ok(SessionState::Unregistered),
+                Err(e) => Err(e.into_failure()),
+            };
+        }
         let command = Command::BrokerHeartbeat {
             broker_id: request.broker_id,
             broker_epoch: request.broker_epoch,

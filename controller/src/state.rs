@@ -125,6 +125,10 @@ impl ClusterState {
                 broker_epoch,
             } => self.unfence_broker(*broker_id, *broker_epoch, &mut deltas),
             Command::FenceExpiredBrokers { now_ms } => Ok(self.fence_expired(*now_ms, &mut deltas)),
+            Command::FenceBroker {
+                broker_id,
+                broker_epoch,
+            } => self.fence_on_request(*broker_id, *broker_epoch, &mut deltas),
             Command::CreateTopic {
                 name,
                 partition_count,
@@ -353,6 +357,22 @@ impl ClusterState {
             }
         }
         Ok(Outcome::BrokerUnfenced)
+    }
+
+    fn fence_on_request(
+        &mut self,
+        broker_id: BrokerId,
+        epoch: BrokerEpoch,
+        deltas: &mut Vec<Delta>,
+    ) -> Result<Outcome, CommandError> {
+        let fenced = self.current_broker(broker_id, epoch)?.fenced;
+        if fenced {
+            return Ok(Outcome::BrokersFenced { broker_ids: vec![] });
+        }
+        self.fence_broker(broker_id, deltas);
+        Ok(Outcome::BrokersFenced {
+            broker_ids: vec![broker_id],
+        })
     }
 
     fn fence_expired(&mut self, now_ms: u64, deltas: &mut Vec<Delta>) -> Outcome {

@@ -498,6 +498,7 @@ pub fn encode_broker_heartbeat_request(request: &BrokerHeartbeat) -> Vec<u8> {
             broker_id: request.broker_id.0,
             broker_epoch: request.broker_epoch.0,
             ready: request.ready,
+            want_shutdown: request.want_shutdown,
         },
     );
     finish(fbb, root)
@@ -509,6 +510,7 @@ pub fn decode_broker_heartbeat_request(body: &[u8]) -> Result<BrokerHeartbeat, W
         broker_id: BrokerId(r.broker_id()),
         broker_epoch: BrokerEpoch(r.broker_epoch()),
         ready: r.ready(),
+        want_shutdown: r.want_shutdown(),
     })
 }
 

@@ -51,6 +51,11 @@ impl<T> Task<T> {
     pub fn detach(self) {
         self.inner.detach();
     }
+
+    /// Stops the task at its next await point; its output, if it finished.
+    pub async fn cancel(self) -> Option<T> {
+        self.inner.cancel().await
+    }
 }
 
 impl<T> Future for Task<T> {

@@ -228,6 +228,45 @@ fn expired_leader_fails_over_within_isr() {
     assert!(matches!(&deltas[1].delta, Delta::PartitionChanged { record, .. } if *record == after));
 }
 
+// Controlled shutdown: a broker that asks to be fenced loses its leadership
+// to a live ISR member at once, without waiting for its session; a request
+// from an older incarnation changes nothing.
+#[test]
+fn a_broker_fenced_on_request_hands_over_its_partitions() {
+    let mut state = ClusterState::default();
+    let epochs: Vec<BrokerEpoch> = (1..=3).map(|id| join(&mut state, id, 1, 0)).collect();
+    let topic_id = create_topic(&mut state, "t", 1, 3, false);
+    let before = partition(&state, topic_id, 0);
+    let leader = before.leader.expect("led");
+    let epoch = epochs[(leader.0 - 1) as usize];
+
+    let stale = step(
+        &mut state,
+        &Command::FenceBroker {
+            broker_id: leader,
+            broker_epoch: BrokerEpoch(epoch.0 + 100),
+        },
+    );
+    assert!(stale.result.is_err());
+    assert_eq!(partition(&state, topic_id, 0), before);
+
+    let reply = step(
+        &mut state,
+        &Command::FenceBroker {
+            broker_id: leader,
+            broker_epoch: epoch,
+        },
+    );
+    assert!(
+        matches!(reply.result, Ok(Outcome::BrokersFenced { ref broker_ids }) if broker_ids == &vec![leader])
+    );
+    let after = partition(&state, topic_id, 0);
+    assert!(after.leader.is_some_and(|l| l != leader));
+    assert_eq!(after.leader_epoch, LeaderEpoch(before.leader_epoch.0 + 1));
+    assert!(!after.isr.contains(&leader));
+    assert!(state.broker(leader).expect("known").fenced);
+}
+
 // With no live ISR member the partition goes offline, keeping its last ISR member
 // so that member's return brings it back cleanly; an out-of-sync replica's return
 // does not.
@@ -460,6 +499,9 @@ enum Op {
         ms: u64,
     },
     FenceExpired,
+    Shutdown {
+        id: u32,
+    },
     Create {
         partition_count: u32,
         rf: u16,
@@ -482,6 +524,7 @@ fn op() -> impl Strategy<Value = Op> {
         (1u32..6).prop_map(|id| Op::Heartbeat { id }),
         (1u64..1_500).prop_map(|ms| Op::Advance { ms }),
         Just(Op::FenceExpired),
+        (1u32..6).prop_map(|id| Op::Shutdown { id }),
         (1u32..6, 1u16..4, any::<bool>()).prop_map(|(partition_count, rf, unclean)| Op::Create {
             partition_count,
             rf,
@@ -530,6 +573,10 @@ fn command_for(
             return None;
         }
         Op::FenceExpired => Command::FenceExpiredBrokers { now_ms: *now_ms },
+        Op::Shutdown { id } => Command::FenceBroker {
+            broker_id: BrokerId(id),
+            broker_epoch: epoch(id),
+        },
         Op::Create {
             partition_count,
             rf,

@@ -217,6 +217,7 @@ pub fn heartbeat(
         broker_id: BrokerId(id),
         broker_epoch: epoch,
         ready: true,
+        want_shutdown: false,
     };
     let body = call(
         endpoint,

@@ -21,6 +21,7 @@ impl<'a> BrokerHeartbeatRequest<'a> {
   pub const VT_BROKER_ID: ::flatbuffers::VOffsetT = 4;
   pub const VT_BROKER_EPOCH: ::flatbuffers::VOffsetT = 6;
   pub const VT_READY: ::flatbuffers::VOffsetT = 8;
+  pub const VT_WANT_SHUTDOWN: ::flatbuffers::VOffsetT = 10;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -34,6 +35,7 @@ impl<'a> BrokerHeartbeatRequest<'a> {
     let mut builder = BrokerHeartbeatRequestBuilder::new(_fbb);
     builder.add_broker_epoch(args.broker_epoch);
     builder.add_broker_id(args.broker_id);
+    builder.add_want_shutdown(args.want_shutdown);
     builder.add_ready(args.ready);
     builder.finish()
   }
@@ -60,6 +62,13 @@ impl<'a> BrokerHeartbeatRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<bool>(BrokerHeartbeatRequest::VT_READY, Some(true)).unwrap()}
   }
+  #[inline]
+  pub fn want_shutdown(&self) -> bool {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<bool>(BrokerHeartbeatRequest::VT_WANT_SHUTDOWN, Some(false)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for BrokerHeartbeatRequest<'_> {
@@ -71,6 +80,7 @@ impl ::flatbuffers::Verifiable for BrokerHeartbeatRequest<'_> {
      .visit_field::<u32>("broker_id", Self::VT_BROKER_ID, false)?
      .visit_field::<u64>("broker_epoch", Self::VT_BROKER_EPOCH, false)?
      .visit_field::<bool>("ready", Self::VT_READY, false)?
+     .visit_field::<bool>("want_shutdown", Self::VT_WANT_SHUTDOWN, false)?
      .finish();
     Ok(())
   }
@@ -79,6 +89,7 @@ pub struct BrokerHeartbeatRequestArgs {
     pub broker_id: u32,
     pub broker_epoch: u64,
     pub ready: bool,
+    pub want_shutdown: bool,
 }
 impl<'a> Default for BrokerHeartbeatRequestArgs {
   #[inline]
@@ -87,6 +98,7 @@ impl<'a> Default for BrokerHeartbeatRequestArgs {
       broker_id: 0,
       broker_epoch: 0,
       ready: true,
+      want_shutdown: false,
     }
   }
 }
@@ -109,6 +121,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> BrokerHeartbeatRequestBuilder
     self.fbb_.push_slot::<bool>(BrokerHeartbeatRequest::VT_READY, ready, true);
   }
   #[inline]
+  pub fn add_want_shutdown(&mut self, want_shutdown: bool) {
+    self.fbb_.push_slot::<bool>(BrokerHeartbeatRequest::VT_WANT_SHUTDOWN, want_shutdown, false);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> BrokerHeartbeatRequestBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     BrokerHeartbeatRequestBuilder {
@@ -129,6 +145,7 @@ impl ::core::fmt::Debug for BrokerHeartbeatRequest<'_> {
       ds.field("broker_id", &self.broker_id());
       ds.field("broker_epoch", &self.broker_epoch());
       ds.field("ready", &self.ready());
+      ds.field("want_shutdown", &self.want_shutdown());
       ds.finish()
   }
 }
