@@ -109,6 +109,16 @@ impl ClusterView {
         self.topics.get(name)?.partitions.get(index)
     }
 
+    /// Whether this view holds broker `me`'s registration at `epoch`.
+    pub fn knows_registration(&self, me: BrokerId, epoch: u64) -> bool {
+        epoch != 0 && self.brokers.get(&me).is_some_and(|b| b.epoch.0 == epoch)
+    }
+
+    /// Whether this view holds broker `me` at `epoch`, unfenced.
+    pub fn is_registered_and_unfenced(&self, me: BrokerId, epoch: u64) -> bool {
+        self.knows_registration(me, epoch) && self.brokers.get(&me).is_some_and(|b| !b.fenced)
+    }
+
     /// Where broker `me` holds `partition` of `name`, and whether it leads it.
     pub fn placement(
         &self,

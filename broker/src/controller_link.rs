@@ -15,7 +15,7 @@ use controller::messages::{
     ApiFailure, BrokerHeartbeat, CreateTopicSpec, FetchMetadata, MetadataUpdate, RegisterBroker,
     SessionState, TopicOutcome as ControllerTopicOutcome,
 };
-use controller::{BrokerEndpoints, BrokerEpoch, BrokerId};
+use controller::{BrokerEndpoints, BrokerEpoch};
 use protocol::api::{ApiKey, ControllerApiKey};
 use protocol::ErrorCode;
 
@@ -127,16 +127,10 @@ impl Targets {
     }
 
     /// Remembers a leader named in a NOT_CONTROLLER answer for the next pick.
-    fn failed_quietly(&mut self, error: &LinkError) {
-        if let LinkError::NotController(Some(leader)) = error {
-            self.next = Some(leader.clone());
-        }
-    }
-
     /// After a failed exchange: go to the named leader at once, or back off.
-    async fn failed(&mut self, what: &str, target: &str, error: LinkError) {
+    async fn failed(&mut self, what: &str, target: &str, error: &LinkError) {
         match error {
-            LinkError::NotController(Some(leader)) => self.next = Some(leader),
+            LinkError::NotController(Some(leader)) => self.next = Some(leader.clone()),
             e => {
                 tracing::debug!(controller = %target, error = %e, "{what} failed; retrying");
                 runtime::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
@@ -182,7 +176,7 @@ pub async fn run_session(shard: Rc<Shard>, controllers: Vec<String>) {
     while !shard.stopping.get() {
         let target = targets.pick();
         if let Err(e) = session(&shard, &target).await {
-            targets.failed("controller session", &target, e).await;
+            targets.failed("controller session", &target, &e).await;
         }
     }
 }
@@ -237,7 +231,7 @@ pub async fn run_metadata(shard: Rc<Shard>, controllers: Vec<String>) {
     while !shard.stopping.get() {
         let target = targets.pick();
         if let Err(e) = follow_metadata(&shard, &target).await {
-            targets.failed("metadata fetch", &target, e).await;
+            targets.failed("metadata fetch", &target, &e).await;
         }
     }
 }
@@ -310,6 +304,50 @@ pub async fn forward_delete(shard: &Shard, names: &[String]) -> Vec<TopicOutcome
     .await
 }
 
+/// One request to the controller leader, on a fresh connection: the
+/// controller that last answered first, then the others in turn, following
+/// NOT_CONTROLLER. Stops at the first answer `decode` accepts, at a refusal,
+/// after `attempts_max` tries or at `deadline`.
+async fn call_leader<T>(
+    shard: &Shard,
+    what: &str,
+    api_key: u16,
+    body: &[u8],
+    attempts_max: usize,
+    deadline: Option<std::time::Instant>,
+    decode: impl Fn(&[u8]) -> Result<T, LinkError>,
+) -> Result<T, LinkError> {
+    let mut targets = Targets::new(shard.config.controllers.clone());
+    targets.next = shard.controller_hint.borrow().clone();
+    let mut last_error = LinkError::Timeout;
+    for _ in 0..attempts_max {
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            break;
+        }
+        let target = targets.pick();
+        let answer = async {
+            let mut connection = Connection::open(&target).await?;
+            let body = connection.call(api_key, body, 0).await?;
+            decode(&body)
+        }
+        .await;
+        match answer {
+            Ok(value) => return Ok(value),
+            Err(e @ LinkError::Refused(..)) => return Err(e),
+            Err(e) => {
+                targets.failed(what, &target, &e).await;
+                last_error = e;
+            }
+        }
+    }
+    Err(last_error)
+}
+
+/// Tries per admin request: every controller twice, at least `ADMIN_HOPS_MAX`.
+fn admin_attempts_max(shard: &Shard) -> usize {
+    ADMIN_HOPS_MAX.max(2 * shard.config.controllers.len())
+}
+
 async fn forward(
     shard: &Shard,
     api: ApiKey,
@@ -317,78 +355,46 @@ async fn forward(
     names: &[String],
     decode: fn(&[u8]) -> Result<Vec<ControllerTopicOutcome>, controller::wire::WireError>,
 ) -> Vec<TopicOutcome> {
-    let mut targets = Targets::new(shard.config.controllers.clone());
-    targets.next = shard.controller_hint.borrow().clone();
-    let mut last_error = LinkError::Timeout;
-    for _ in 0..ADMIN_HOPS_MAX.max(2 * shard.config.controllers.len()) {
-        let target = targets.pick();
-        let answer = async {
-            let mut connection = Connection::open(&target).await?;
-            let body = connection.call(api as u16, body, 0).await?;
-            decode(&body).map_err(malformed)
-        }
-        .await;
-        match answer {
-            Ok(outcomes) => {
-                let redirect = outcomes.iter().find_map(|o| match &o.result {
-                    Err(f) if f.code == ErrorCode::NotController => Some(f.leader_endpoint.clone()),
-                    _ => None,
-                });
-                match redirect {
-                    Some(leader) => {
-                        if leader.is_none() {
-                            // An election is under way: give it time.
-                            runtime::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
-                        }
-                        last_error = LinkError::NotController(leader.clone());
-                        targets.next = leader;
-                        continue;
-                    }
-                    None => {
-                        return outcomes
-                            .into_iter()
-                            .map(|o| TopicOutcome {
-                                name: o.name,
-                                error: o.result.err().map(|f| OpError::new(f.code, f.message)),
-                            })
-                            .collect()
-                    }
-                }
+    let answer = call_leader(
+        shard,
+        "topic admin",
+        api as u16,
+        body,
+        admin_attempts_max(shard),
+        None,
+        |body| {
+            let outcomes = decode(body).map_err(malformed)?;
+            // A follower answers every topic with NOT_CONTROLLER.
+            let redirect = outcomes.iter().find_map(|o| match &o.result {
+                Err(f) if f.code == ErrorCode::NotController => Some(f.leader_endpoint.clone()),
+                _ => None,
+            });
+            match redirect {
+                Some(leader) => Err(LinkError::NotController(leader)),
+                None => Ok(outcomes),
             }
-            Err(e) => {
-                last_error = e;
-                runtime::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
-            }
+        },
+    )
+    .await;
+    match answer {
+        Ok(outcomes) => outcomes
+            .into_iter()
+            .map(|o| TopicOutcome {
+                name: o.name,
+                error: o.result.err().map(|f| OpError::new(f.code, f.message)),
+            })
+            .collect(),
+        Err(e) => {
+            let message = format!("no controller leader answered: {e}");
+            names
+                .iter()
+                .map(|name| TopicOutcome {
+                    name: name.clone(),
+                    error: Some(OpError::new(ErrorCode::RequestTimedOut, message.clone())),
+                })
+                .collect()
         }
     }
-    let message = format!("no controller leader answered: {last_error}");
-    names
-        .iter()
-        .map(|name| TopicOutcome {
-            name: name.clone(),
-            error: Some(OpError::new(ErrorCode::RequestTimedOut, message.clone())),
-        })
-        .collect()
-}
-
-/// Whether the view holds this broker at `epoch`, unfenced.
-pub fn is_registered_and_unfenced(
-    view: &crate::cluster_view::ClusterView,
-    me: BrokerId,
-    epoch: u64,
-) -> bool {
-    view.brokers
-        .get(&me)
-        .is_some_and(|b| b.epoch.0 == epoch && !b.fenced)
-}
-
-/// Whether the view holds this broker's registration at `epoch`.
-pub fn knows_registration(
-    view: &crate::cluster_view::ClusterView,
-    me: BrokerId,
-    epoch: u64,
-) -> bool {
-    epoch != 0 && view.brokers.get(&me).is_some_and(|b| b.epoch.0 == epoch)
 }
 
 /// Controlled shutdown: asks the controller leader to fence this broker now,
@@ -406,34 +412,26 @@ pub async fn request_shutdown(shard: &Shard, deadline: std::time::Instant) {
         want_shutdown: true,
     };
     let body = controller::wire::encode_broker_heartbeat_request(&request);
-    let mut targets = Targets::new(shard.config.controllers.clone());
-    targets.next = shard.controller_hint.borrow().clone();
-    while std::time::Instant::now() < deadline {
-        let target = targets.pick();
-        let answer = async {
-            let mut connection = Connection::open(&target).await?;
-            let body = connection
-                .call(ControllerApiKey::BrokerHeartbeat as u16, &body, 0)
-                .await?;
-            let state =
-                controller::wire::decode_broker_heartbeat_response(&body).map_err(malformed)?;
-            Ok::<_, LinkError>(state?)
-        }
-        .await;
-        match answer {
-            Ok(state) => {
-                tracing::info!(
-                    ?state,
-                    "asked the controller to fence this broker for shutdown"
-                );
-                return;
-            }
-            Err(e) => targets.failed("controlled shutdown", &target, e).await,
-        }
+    let answer = call_leader(
+        shard,
+        "controlled shutdown",
+        ControllerApiKey::BrokerHeartbeat as u16,
+        &body,
+        usize::MAX,
+        Some(deadline),
+        |body| Ok(controller::wire::decode_broker_heartbeat_response(body).map_err(malformed)??),
+    )
+    .await;
+    match answer {
+        Ok(state) => tracing::info!(
+            ?state,
+            "asked the controller to fence this broker for shutdown"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "controlled shutdown: no controller answered; leadership moves when the session expires"
+        ),
     }
-    tracing::warn!(
-        "controlled shutdown: no controller answered; leadership moves when the session expires"
-    );
 }
 
 /// Sends a leader's ISR change to the controller leader; the new ISR and
@@ -443,39 +441,25 @@ pub async fn alter_isr(
     request: controller::messages::AlterIsr,
 ) -> Result<(Vec<u32>, i32), OpError> {
     let body = controller::wire::encode_alter_isr_request(&request);
-    let mut targets = Targets::new(shard.config.controllers.clone());
-    targets.next = shard.controller_hint.borrow().clone();
-    let mut last_error = LinkError::Timeout;
-    for _ in 0..ADMIN_HOPS_MAX.max(2 * shard.config.controllers.len()) {
-        let target = targets.pick();
-        let answer = async {
-            let mut connection = Connection::open(&target).await?;
-            let body = connection
-                .call(ControllerApiKey::AlterIsr as u16, &body, 0)
-                .await?;
-            let result = controller::wire::decode_alter_isr_response(&body).map_err(malformed)?;
-            Ok::<_, LinkError>(result?)
-        }
-        .await;
-        match answer {
-            Ok((_, record)) => {
-                return Ok((
-                    record.isr.iter().map(|b| b.0).collect(),
-                    record.partition_epoch.0,
-                ))
-            }
-            Err(LinkError::Refused(code, message)) => return Err(OpError::new(code, message)),
-            Err(e) => {
-                if !matches!(e, LinkError::NotController(Some(_))) {
-                    runtime::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
-                }
-                targets.failed_quietly(&e);
-                last_error = e;
-            }
-        }
+    let answer = call_leader(
+        shard,
+        "alter ISR",
+        ControllerApiKey::AlterIsr as u16,
+        &body,
+        admin_attempts_max(shard),
+        None,
+        |body| Ok(controller::wire::decode_alter_isr_response(body).map_err(malformed)??),
+    )
+    .await;
+    match answer {
+        Ok((_, record)) => Ok((
+            record.isr.iter().map(|b| b.0).collect(),
+            record.partition_epoch.0,
+        )),
+        Err(LinkError::Refused(code, message)) => Err(OpError::new(code, message)),
+        Err(e) => Err(OpError::new(
+            ErrorCode::RequestTimedOut,
+            format!("no controller leader answered: {e}"),
+        )),
     }
-    Err(OpError::new(
-        ErrorCode::RequestTimedOut,
-        format!("no controller leader answered: {last_error}"),
-    ))
 }

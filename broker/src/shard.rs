@@ -255,6 +255,14 @@ pub struct Replica {
     pub alter_isr_in_flight: Cell<bool>,
 }
 
+impl Replica {
+    /// Whether this broker still leads the partition at `leader_epoch`.
+    pub fn leads_at(&self, leader_epoch: i32) -> bool {
+        let role = self.role.borrow();
+        role.leader && role.leader_epoch == leader_epoch
+    }
+}
+
 /// The shard that talks to the controller and forwards topic admin.
 pub const METADATA_SHARD: usize = 0;
 /// How long a forwarded topic creation or deletion waits for the broker's own
@@ -348,11 +356,9 @@ impl Shard {
 
     /// Whether the metadata holds this broker's current registration.
     pub fn has_caught_up(&self) -> bool {
-        crate::controller_link::knows_registration(
-            &self.view.borrow(),
-            self.broker_id(),
-            self.broker_epoch.get(),
-        )
+        self.view
+            .borrow()
+            .knows_registration(self.broker_id(), self.broker_epoch.get())
     }
 
     pub fn is_serving(&self) -> bool {
@@ -379,10 +385,14 @@ impl Shard {
 
     /// The replica, if this broker leads it: clients produce to and fetch
     /// from leaders only.
-    fn leader_replica(&self, key: &PartitionKey) -> Result<(Rc<Replica>, Role), OpError> {
+    /// Returns the replica and its leader epoch.
+    fn leader_replica(&self, key: &PartitionKey) -> Result<(Rc<Replica>, i32), OpError> {
         let replica = self.replica(key)?;
-        let role = replica.role.borrow().clone();
-        if !role.leader {
+        let (leader, leader_epoch) = {
+            let role = replica.role.borrow();
+            (role.leader, role.leader_epoch)
+        };
+        if !leader {
             return Err(OpError::new(
                 ErrorCode::NotLeaderOrFollower,
                 format!(
@@ -391,7 +401,7 @@ impl Shard {
                 ),
             ));
         }
-        Ok((replica, role))
+        Ok((replica, leader_epoch))
     }
 
     /// Runs `op` on shard `to`: directly when it is this shard, else through the mesh.
@@ -497,28 +507,29 @@ impl Shard {
         acks: i16,
         timeout_ms: u64,
     ) -> Result<ProduceOutcome, OpError> {
-        let (replica, role) = self.leader_replica(&key)?;
+        let (replica, leader_epoch) = self.leader_replica(&key)?;
         if self.stopping.get() {
             return Err(OpError::new(
                 ErrorCode::ShuttingDown,
                 "broker is shutting down",
             ));
         }
-        if acks == -1 && role.isr.len() < role.min_insync {
+        let (isr_size, min_insync) = {
+            let role = replica.role.borrow();
+            (role.isr.len(), role.min_insync)
+        };
+        if acks == -1 && isr_size < min_insync {
             return Err(OpError::new(
                 ErrorCode::NotEnoughReplicas,
                 format!(
                     "{}-{} has {} in-sync replicas, fewer than min.insync.replicas {}",
-                    key.topic,
-                    key.partition,
-                    role.isr.len(),
-                    role.min_insync
+                    key.topic, key.partition, isr_size, min_insync
                 ),
             ));
         }
-        let epoch = LeaderEpoch(role.leader_epoch);
+        let epoch = LeaderEpoch(leader_epoch);
         let info = replica.log.append(&batch, epoch).await?;
-        self.note_epoch(&replica, role.leader_epoch, info.base_offset.0);
+        self.note_epoch(&replica, leader_epoch, info.base_offset.0);
         self.cache
             .borrow_mut()
             .insert(&key, info.base_offset, info.log_end_offset, epoch, batch);
@@ -528,11 +539,7 @@ impl Shard {
             .on_append(info.log_end_offset.0 - info.base_offset.0);
         if acks == -1 {
             if let Err(e) = replica.log.wait_for_ack(info.log_end_offset).await {
-                let moved = {
-                    let current = replica.role.borrow();
-                    !current.leader || current.leader_epoch != role.leader_epoch
-                };
-                return Err(if moved {
+                return Err(if !replica.leads_at(leader_epoch) {
                     OpError::new(
                         ErrorCode::NotLeaderOrFollower,
                         format!(
@@ -544,8 +551,14 @@ impl Shard {
                     e.into()
                 });
             }
-            self.wait_committed(&key, &replica, &role, info.log_end_offset.0, timeout_ms)
-                .await?;
+            self.wait_committed(
+                &key,
+                &replica,
+                leader_epoch,
+                info.log_end_offset.0,
+                timeout_ms,
+            )
+            .await?;
         }
         Ok(ProduceOutcome {
             base_offset: info.base_offset,
@@ -562,7 +575,7 @@ impl Shard {
         &self,
         key: &PartitionKey,
         replica: &Replica,
-        role: &Role,
+        leader_epoch: i32,
         end: i64,
         timeout_ms: u64,
     ) -> Result<(), OpError> {
@@ -571,8 +584,7 @@ impl Shard {
             if replica.high_watermark.get() >= end {
                 return Ok(());
             }
-            let current = replica.role.borrow().clone();
-            if !current.leader || current.leader_epoch != role.leader_epoch {
+            if !replica.leads_at(leader_epoch) {
                 return Err(OpError::new(
                     ErrorCode::NotLeaderOrFollower,
                     format!(
@@ -611,10 +623,9 @@ impl Shard {
 
     /// A leader's high watermark from its ISR's progress; wakes consumers.
     fn update_high_watermark(&self, replica: &Replica) {
-        let isr = replica.role.borrow().isr.clone();
         let end = replica.log.log_end_offset().0;
         let hw = match replica.leader_state.borrow_mut().as_mut() {
-            Some(state) => state.update_high_watermark(&isr, end),
+            Some(state) => state.update_high_watermark(&replica.role.borrow().isr, end),
             None => return,
         };
         replica.high_watermark.advance(hw);
@@ -635,13 +646,13 @@ impl Shard {
             log_end_offset: -1,
             ..FetchOutcome::default()
         };
-        let (replica, role) = match self.leader_replica(key) {
+        let (replica, leader_epoch) = match self.leader_replica(key) {
             Ok(found) => found,
             Err(e) => return failed(e),
         };
         if let Some(f) = follower {
-            if f.current_leader_epoch != role.leader_epoch {
-                let code = if f.current_leader_epoch < role.leader_epoch {
+            if f.current_leader_epoch != leader_epoch {
+                let code = if f.current_leader_epoch < leader_epoch {
                     ErrorCode::StaleLeaderEpoch
                 } else {
                     ErrorCode::NotLeaderOrFollower
@@ -650,7 +661,7 @@ impl Shard {
                     code,
                     format!(
                         "follower at leader epoch {}, leader at {}",
-                        f.current_leader_epoch, role.leader_epoch
+                        f.current_leader_epoch, leader_epoch
                     ),
                 ));
             }
@@ -852,8 +863,8 @@ impl Shard {
     /// refused before any shard changes.
     pub async fn publish_metadata(self: Rc<Self>, update: MetadataUpdate) -> Result<(), ViewError> {
         assert_eq!(self.id, METADATA_SHARD, "metadata arrives on shard 0");
-        let mut check = self.view.borrow().clone();
-        check.apply(update.clone())?;
+        let mut next = self.view.borrow().clone();
+        next.apply(update.clone())?;
         let broker_epoch = self.broker_epoch.get();
         let calls: Vec<_> = (0..self.count)
             .filter(|&to| to != self.id)
@@ -875,7 +886,9 @@ impl Shard {
         for call in calls {
             call.await;
         }
-        self.apply_metadata(update, broker_epoch).await;
+        let _gate = self.apply_gate.enter().await;
+        *self.view.borrow_mut() = next;
+        self.after_view_change(broker_epoch).await;
         Ok(())
     }
 
@@ -888,16 +901,21 @@ impl Shard {
                 self.id
             );
         }
+        self.after_view_change(broker_epoch).await;
+    }
+
+    /// With the apply gate held: replicas, fetchers and serving follow the
+    /// view just installed.
+    async fn after_view_change(self: &Rc<Self>, broker_epoch: u64) {
         self.reconcile().await;
         self.ensure_fetchers();
         self.reconciled_version.set(self.view.borrow().version.0);
         let me = self.broker_id();
         if !self.is_serving()
-            && crate::controller_link::is_registered_and_unfenced(
-                &self.view.borrow(),
-                me,
-                broker_epoch,
-            )
+            && self
+                .view
+                .borrow()
+                .is_registered_and_unfenced(me, broker_epoch)
         {
             self.serving.advance(1);
         }
@@ -1105,10 +1123,17 @@ impl Shard {
             if !still_following(replica) {
                 return Ok(());
             }
-            let (batch, used) =
-                protocol::RecordBatch::parse_prefix(rest, self.config.log.batch_bytes_max)
-                    .map_err(|e| OpError::new(ErrorCode::CorruptMessage, e.to_string()))?;
-            let header = *batch.header();
+            // Only the header here, to find the batch's end; the log's append
+            // validates the whole batch (CRC included) once.
+            let corrupt = |why: String| OpError::new(ErrorCode::CorruptMessage, why);
+            let header = protocol::BatchHeader::parse(rest).map_err(|e| corrupt(e.to_string()))?;
+            let used = header.total_bytes();
+            if used > rest.len() {
+                return Err(corrupt(format!(
+                    "batch of {used} bytes, {} left in the response",
+                    rest.len()
+                )));
+            }
             let bytes = &rest[..used];
             rest = &rest[used..];
             if header.next_offset().0 <= replica.log.log_end_offset().0 {
@@ -1176,7 +1201,7 @@ impl Shard {
         }
         let log = PartitionLog::open(&dir, log_config, self.clock.clone()).await?;
         if !marker.exists() {
-            write_durably(&marker, topic_id.to_string().as_bytes())
+            crate::log::write_atomically(&dir, TOPIC_ID_FILE, topic_id.to_string().as_bytes())
                 .map_err(|e| LogError::io(&marker, e))?;
         }
         Ok(log)
@@ -1364,16 +1389,4 @@ fn merge_outcomes(outcomes: &mut [TopicOutcome], forwarded: Vec<TopicOutcome>) {
             slot.error = answer.error;
         }
     }
-}
-
-/// Small files written rarely: temp file, fsync, rename, fsync directory.
-fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().expect("file in a directory");
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_data()?;
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
 }

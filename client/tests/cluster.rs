@@ -106,8 +106,11 @@ impl Brokers {
     }
 }
 
+/// (leader, leader epoch, isr) per partition.
+type Leaders = BTreeMap<i32, (i32, i32, Vec<i32>)>;
+
 /// (leader, leader epoch, isr) per partition of `topic`.
-fn leaders(metadata: &ClusterMetadata, topic: &str) -> BTreeMap<i32, (i32, i32, Vec<i32>)> {
+fn leaders(metadata: &ClusterMetadata, topic: &str) -> Leaders {
     metadata
         .topic(topic)
         .map(|t| {
@@ -202,6 +205,42 @@ async fn produce_acked(bootstrap: &str, topic: &str, count: usize) -> BTreeMap<i
         .collect()
 }
 
+/// Creates `topic` (all partitions, replication factor 3) through the broker
+/// at `bootstrap` and returns its placement as that broker then sees it.
+async fn create_topic(bootstrap: &str, topic: &str, configs: &[(String, String)]) -> Leaders {
+    let admin = Admin::connect(bootstrap, ClientConfig::default())
+        .await
+        .unwrap();
+    admin
+        .create_topic(topic, PARTITIONS, 3, configs)
+        .await
+        .unwrap_or_else(|e| panic!("create {topic}: {e}"));
+    leaders(&metadata_from(bootstrap).await.unwrap(), topic)
+}
+
+/// Polls the metadata `bootstrap` answers for `topic` until `done` holds and
+/// returns it; after `within`, panics with `failure` of the last answer.
+async fn await_leaders(
+    bootstrap: &str,
+    topic: &str,
+    within: Duration,
+    done: impl Fn(&Leaders) -> bool,
+    failure: impl Fn(&Leaders) -> String,
+) -> Leaders {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = metadata_from(bootstrap)
+            .await
+            .map(|m| leaders(&m, topic))
+            .unwrap_or_default();
+        if done(&now) {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "{}", failure(&now));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn median(mut values: Vec<u128>) -> u128 {
     values.sort();
     values[values.len() / 2]
@@ -277,17 +316,10 @@ fn three_controllers_three_brokers_fail_over() {
         // A fresh topic per round, written with acks=all before the kill.
         let topic = format!("{TOPIC}-{round}");
         let (before, acked) = runtime.block_on(async {
-            let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
-                .await
-                .unwrap();
             let configs = [("min.insync.replicas".to_owned(), "2".to_owned())];
-            admin
-                .create_topic(&topic, PARTITIONS, 3, &configs)
-                .await
-                .unwrap();
-            let metadata = metadata_from(&brokers.bootstrap(1)).await.unwrap();
+            let placement = create_topic(&brokers.bootstrap(1), &topic, &configs).await;
             let acked = produce_acked(&brokers.bootstrap(1), &topic, ACKED_RECORDS).await;
-            (leaders(&metadata, &topic), acked)
+            (placement, acked)
         });
         // Kill -9 a broker that leads something.
         let victim = before[&0].0 as u32;
@@ -299,14 +331,12 @@ fn three_controllers_three_brokers_fail_over() {
             .collect();
         brokers.kill9(victim);
         let killed_at = Instant::now();
-        let after = runtime.block_on(async {
-            let deadline = killed_at + Duration::from_millis(SESSION_TIMEOUT_MS + 8_000);
-            loop {
-                let now = metadata_from(&brokers.bootstrap(witness))
-                    .await
-                    .map(|m| leaders(&m, &topic))
-                    .unwrap_or_default();
-                let moved = led.iter().all(|p| {
+        let after = runtime.block_on(await_leaders(
+            &brokers.bootstrap(witness),
+            &topic,
+            Duration::from_millis(SESSION_TIMEOUT_MS + 8_000),
+            |now| {
+                led.iter().all(|p| {
                     now.get(p).is_some_and(|(leader, epoch, _)| {
                         let (_, old_epoch, old_isr) = &before[p];
                         *leader != victim as i32
@@ -314,18 +344,15 @@ fn three_controllers_three_brokers_fail_over() {
                             && old_isr.contains(leader)
                             && epoch > old_epoch
                     })
-                });
-                if moved {
-                    return now;
-                }
-                assert!(
-                    Instant::now() < deadline,
+                })
+            },
+            |now| {
+                format!(
                     "round {round}: partitions {led:?} of broker {victim} got no new leader: {now:?}\n{}",
                     brokers.logs()
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        });
+                )
+            },
+        ));
         let elapsed = killed_at.elapsed().as_millis();
         failover_ms.push(elapsed);
         eprintln!(
@@ -393,26 +420,20 @@ fn three_controllers_three_brokers_fail_over() {
             }
         });
         // It catches up as a follower and its leaders put it back in the ISR.
-        runtime.block_on(async {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let now = metadata_from(&brokers.bootstrap(witness))
-                    .await
-                    .map(|m| leaders(&m, &topic))
-                    .unwrap_or_default();
-                if now.len() == PARTITIONS as usize
-                    && now.values().all(|(_, _, isr)| isr.len() == 3)
-                {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
+        runtime.block_on(await_leaders(
+            &brokers.bootstrap(witness),
+            &topic,
+            Duration::from_secs(20),
+            |now| {
+                now.len() == PARTITIONS as usize && now.values().all(|(_, _, isr)| isr.len() == 3)
+            },
+            |now| {
+                format!(
                     "broker {victim} did not rejoin the ISR: {now:?}\n{}",
                     brokers.logs()
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        });
+                )
+            },
+        ));
     }
     if rounds > 1 {
         eprintln!(
@@ -425,16 +446,7 @@ fn three_controllers_three_brokers_fail_over() {
     // exited, the controller has fenced it and its partitions lead elsewhere,
     // without waiting for its session to expire.
     let topic = format!("{TOPIC}-stopped");
-    let before = runtime.block_on(async {
-        let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
-            .await
-            .unwrap();
-        admin
-            .create_topic(&topic, PARTITIONS, 3, &[])
-            .await
-            .unwrap();
-        leaders(&metadata_from(&brokers.bootstrap(1)).await.unwrap(), &topic)
-    });
+    let before = runtime.block_on(create_topic(&brokers.bootstrap(1), &topic, &[]));
     let stopped = before[&0].0 as u32;
     let witness = if stopped == 1 { 2 } else { 1 };
     let old_epoch = runtime
@@ -457,43 +469,25 @@ fn three_controllers_three_brokers_fail_over() {
         "fenced on its own request before it exited: {at_exit:?}"
     );
     assert_eq!(at_exit.partitions_led, 0, "{at_exit:?}");
-    runtime.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let now = metadata_from(&brokers.bootstrap(witness))
-                .await
-                .map(|m| leaders(&m, &topic))
-                .unwrap_or_default();
-            let moved = now.len() == PARTITIONS as usize
+    runtime.block_on(await_leaders(
+        &brokers.bootstrap(witness),
+        &topic,
+        Duration::from_secs(5),
+        |now| {
+            now.len() == PARTITIONS as usize
                 && now.iter().all(|(p, (leader, epoch, _))| {
                     before[p].0 != stopped as i32
                         || (*leader != stopped as i32 && *epoch > before[p].1)
-                });
-            if moved {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "brokers never saw the hand-over: {now:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+                })
+        },
+        |now| format!("brokers never saw the hand-over: {now:?}"),
+    ));
     brokers.restart(stopped);
 
     // SIGSTOP a leader: fenced and replaced like a dead one. On SIGCONT it
     // catches up with the metadata and refuses produce for what it lost.
     let topic = format!("{TOPIC}-paused");
-    let before = runtime.block_on(async {
-        let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
-            .await
-            .unwrap();
-        admin
-            .create_topic(&topic, PARTITIONS, 3, &[])
-            .await
-            .unwrap();
-        leaders(&metadata_from(&brokers.bootstrap(1)).await.unwrap(), &topic)
-    });
+    let before = runtime.block_on(create_topic(&brokers.bootstrap(1), &topic, &[]));
     let paused = before[&0].0 as u32;
     let witness = if paused == 1 { 2 } else { 1 };
     let lost: Vec<i32> = before
@@ -502,51 +496,38 @@ fn three_controllers_three_brokers_fail_over() {
         .map(|(p, _)| *p)
         .collect();
     brokers.signal(paused, "-STOP");
-    let moved = |now: &BTreeMap<i32, (i32, i32, Vec<i32>)>| {
+    let moved = |now: &Leaders| {
         lost.iter().all(|p| {
             now.get(p).is_some_and(|(leader, epoch, _)| {
                 *leader != paused as i32 && *leader >= 1 && *epoch > before[p].1
             })
         })
     };
-    runtime.block_on(async {
-        let deadline = Instant::now() + Duration::from_millis(SESSION_TIMEOUT_MS + 8_000);
-        loop {
-            let now = metadata_from(&brokers.bootstrap(witness))
-                .await
-                .map(|m| leaders(&m, &topic))
-                .unwrap_or_default();
-            if moved(&now) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "paused broker {paused} not replaced: {now:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+    runtime.block_on(await_leaders(
+        &brokers.bootstrap(witness),
+        &topic,
+        Duration::from_millis(SESSION_TIMEOUT_MS + 8_000),
+        moved,
+        |now| format!("paused broker {paused} not replaced: {now:?}"),
+    ));
     brokers.signal(paused, "-CONT");
     runtime.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let own = metadata_from(&brokers.bootstrap(paused))
-                .await
-                .map(|m| leaders(&m, &topic))
-                .unwrap_or_default();
-            if moved(&own) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "resumed broker {paused} still sees {own:?}\n{}",
-                brokers.brokers[(paused - 1) as usize]
-                    .as_ref()
-                    .unwrap()
-                    .log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        await_leaders(
+            &brokers.bootstrap(paused),
+            &topic,
+            Duration::from_secs(20),
+            moved,
+            |own| {
+                format!(
+                    "resumed broker {paused} still sees {own:?}\n{}",
+                    brokers.brokers[(paused - 1) as usize]
+                        .as_ref()
+                        .unwrap()
+                        .log()
+                )
+            },
+        )
+        .await;
         // A produce sent straight to it for a partition it lost is refused.
         let mut builder = protocol::BatchBuilder::new(protocol::Compression::None);
         builder.push(&protocol::Record {
@@ -588,25 +569,15 @@ fn three_controllers_three_brokers_fail_over() {
     // is the point of unclean election being off.
     let topic = format!("{TOPIC}-controllerless");
     runtime.block_on(async {
-        let admin = Admin::connect(&brokers.bootstrap(1), ClientConfig::default())
-            .await
-            .unwrap();
-        admin
-            .create_topic(&topic, PARTITIONS, 3, &[])
-            .await
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let now = metadata_from(&brokers.bootstrap(1))
-                .await
-                .map(|m| leaders(&m, &topic))
-                .unwrap_or_default();
-            if now.len() == PARTITIONS as usize && now.values().all(|(l, _, _)| *l >= 1) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{topic} not led: {now:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        create_topic(&brokers.bootstrap(1), &topic, &[]).await;
+        await_leaders(
+            &brokers.bootstrap(1),
+            &topic,
+            Duration::from_secs(10),
+            |now| now.len() == PARTITIONS as usize && now.values().all(|(l, _, _)| *l >= 1),
+            |now| format!("{topic} not led: {now:?}"),
+        )
+        .await;
     });
     let leader = runtime.block_on(quorum.leader(Duration::from_secs(10)));
     quorum.kill9(leader);

@@ -51,7 +51,9 @@ pub fn take_clean_shutdown(dir: &Path) -> io::Result<bool> {
     }
 }
 
-fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<()> {
+/// Replaces `dir/name` with `contents` durably: temp file, fsync, rename,
+/// fsync of the directory. For small, rarely written files.
+pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<()> {
     let tmp: PathBuf = dir.join(format!("{name}.tmp"));
     let mut file = fs::File::create(&tmp)?;
     file.write_all(contents)?;

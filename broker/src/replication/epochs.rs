@@ -131,20 +131,13 @@ impl EpochHistory {
         history
     }
 
-    /// Writes the history durably: temp file, fsync, rename, fsync directory.
+    /// Writes the history durably.
     pub fn save(&self, dir: &Path) -> std::io::Result<()> {
-        use std::io::Write;
-        let path = Self::path(dir);
-        let tmp = path.with_extension("tmp");
         let mut text = String::new();
         for (epoch, start) in &self.entries {
             text.push_str(&format!("{epoch} {start}\n"));
         }
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(text.as_bytes())?;
-        file.sync_data()?;
-        std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(dir)?.sync_all()
+        crate::log::write_atomically(dir, EPOCH_FILE, text.as_bytes())
     }
 }
 
