@@ -271,7 +271,7 @@ fn three_controllers_three_brokers_fail_over() {
     let placement = runtime.block_on(async {
         let mut seen = Vec::new();
         for id in 1..=3 {
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = Instant::now() + Duration::from_secs(20);
             loop {
                 let metadata = metadata_from(&brokers.bootstrap(id)).await;
                 let view = metadata.as_deref().map(|m| leaders(m, TOPIC));
@@ -281,7 +281,8 @@ fn three_controllers_three_brokers_fail_over() {
                 }
                 assert!(
                     Instant::now() < deadline,
-                    "broker {id} never showed {TOPIC}"
+                    "broker {id} never showed {TOPIC}: {view:?}\n{}",
+                    brokers.logs()
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
