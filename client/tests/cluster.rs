@@ -275,8 +275,8 @@ fn three_controllers_three_brokers_fail_over() {
             loop {
                 let metadata = metadata_from(&brokers.bootstrap(id)).await;
                 let view = metadata.as_deref().map(|m| leaders(m, TOPIC));
-                if let Some(view) = view.filter(|v| v.len() == PARTITIONS as usize) {
-                    seen.push(view);
+                if let Some(view) = view.as_ref().filter(|v| v.len() == PARTITIONS as usize) {
+                    seen.push(view.clone());
                     break;
                 }
                 assert!(
