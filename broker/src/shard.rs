@@ -537,7 +537,10 @@ impl Shard {
         self.update_high_watermark(&replica);
         self.metrics
             .on_append(info.log_end_offset.0 - info.base_offset.0);
-        if acks == -1 {
+        // acks=1 and acks=all are answered only once the records are stable
+        // under the flush policy (at least written to the file), so a crash of
+        // this process right after the answer cannot lose them.
+        if acks != 0 {
             if let Err(e) = replica.log.wait_for_ack(info.log_end_offset).await {
                 return Err(if !replica.leads_at(leader_epoch) {
                     OpError::new(
@@ -551,6 +554,9 @@ impl Shard {
                     e.into()
                 });
             }
+            self.update_high_watermark(&replica);
+        }
+        if acks == -1 {
             self.wait_committed(
                 &key,
                 &replica,

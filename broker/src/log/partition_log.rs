@@ -114,7 +114,12 @@ pub struct PartitionLog {
     clock: Rc<dyn Clock>,
     state: RefCell<LogState>,
     io_gate: SerialGate,
-    /// Offset below which every record is synced to disk.
+    /// Offset below which every record has reached the file (a completed
+    /// direct write: in the kernel or the device, safe from a process crash,
+    /// not yet from a power loss).
+    written: Watermark,
+    /// Offset below which every record is synced to disk (safe from a power
+    /// loss too).
     durable: Watermark,
 }
 
@@ -157,6 +162,7 @@ impl PartitionLog {
                 stats: LogStats::default(),
             }),
             io_gate: SerialGate::new(),
+            written: Watermark::new(log_end.0),
             durable: Watermark::new(log_end.0),
         };
         {
@@ -191,6 +197,23 @@ impl PartitionLog {
     /// Every offset below this one is synced to disk.
     pub fn durable_offset(&self) -> Offset {
         Offset(self.durable.get())
+    }
+
+    /// Every offset below this one has reached the file: a process crash
+    /// cannot lose it, a power loss can until it is durable.
+    pub fn written_offset(&self) -> Offset {
+        Offset(self.written.get())
+    }
+
+    /// Every offset below this one may be acknowledged under the flush
+    /// policy: durable under `always`, written otherwise. Replication counts a
+    /// replica's records only up to here, so acknowledged records survive
+    /// what the policy promises on every in-sync replica.
+    pub fn stable_offset(&self) -> Offset {
+        match self.config.flush_policy {
+            FlushPolicy::Always => self.durable_offset(),
+            FlushPolicy::IntervalMs(_) | FlushPolicy::None => self.written_offset(),
+        }
     }
 
     pub fn recovery_point(&self) -> Offset {
@@ -247,10 +270,22 @@ impl PartitionLog {
             );
         }
         assert!(
-            self.durable.get() <= expected.0,
-            "durable offset within the log"
+            state.recovery_point.0 <= self.durable.get(),
+            "recovery point {} above the durable offset {}",
+            state.recovery_point,
+            self.durable.get()
         );
-        assert!(state.recovery_point.0 <= self.durable.get().max(state.recovery_point.0));
+        assert!(
+            self.durable.get() <= self.written.get(),
+            "durable offset {} above the written offset {}",
+            self.durable.get(),
+            self.written.get()
+        );
+        assert!(
+            self.written.get() <= expected.0,
+            "written offset {} beyond the log end {expected}",
+            self.written.get()
+        );
     }
 
     /// Validates `batch`, assigns it the next offsets, stamps `leader_epoch` and
@@ -355,37 +390,44 @@ impl PartitionLog {
     }
 
     /// Waits until the records below `next_offset` may be acknowledged under the
-    /// flush policy: synced for `always`, appended otherwise.
+    /// flush policy: synced for `always`, written to the file otherwise, so a
+    /// process crash never loses an acknowledged record whatever the policy.
+    /// Concurrent callers share writes and syncs (group commit).
     pub async fn wait_for_ack(&self, next_offset: Offset) -> LogResult<()> {
         match self.config.flush_policy {
             FlushPolicy::Always => self.flush_to(next_offset).await,
-            FlushPolicy::IntervalMs(_) | FlushPolicy::None => Ok(()),
+            FlushPolicy::IntervalMs(_) | FlushPolicy::None => self.write_to(next_offset).await,
         }
     }
 
     /// Writes and syncs everything below `target`. Callers that arrive while a
     /// sync is in flight wait for it and then share the next one: group commit.
     pub async fn flush_to(&self, target: Offset) -> LogResult<()> {
-        assert!(
-            target <= self.log_end_offset(),
-            "flush target beyond the log end"
-        );
-        while self.durable.get() < target.0 {
+        self.reach(target, &self.durable, true).await
+    }
+
+    /// Writes (without syncing) everything below `target` to the file.
+    pub async fn write_to(&self, target: Offset) -> LogResult<()> {
+        self.reach(target, &self.written, false).await
+    }
+
+    async fn reach(&self, target: Offset, mark: &Watermark, sync: bool) -> LogResult<()> {
+        while mark.get() < target.0 {
             let _gate = self.io_gate.enter().await;
-            if self.durable.get() >= target.0 {
+            if mark.get() >= target.0 {
                 break;
             }
             let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
             if target > log_end {
-                // Truncated while waiting (a leader became a follower): those
-                // records are gone and will never be durable here.
+                // Truncated meanwhile (a leader became a follower): those
+                // records are gone and will never be written here.
                 return Err(LogError::OffsetOutOfRange {
                     requested: target,
                     log_start,
                     log_end,
                 });
             }
-            self.write_out(true).await?;
+            self.write_out(sync).await?;
         }
         Ok(())
     }
@@ -451,18 +493,18 @@ impl PartitionLog {
     /// Carries staged bytes of every segment to its file in order, finishes
     /// rolled segments, and with `sync` makes everything appended before the
     /// call durable. Callers hold `io_gate`.
+    ///
+    /// Appends run at every await here, and one of them may roll the segment
+    /// being written: its last partial chunk is then sealed after this call
+    /// looked at the tail. A closing segment is therefore written to the very
+    /// end of its tail before it is finished, never only up to where it ended
+    /// when the call began.
     async fn write_out(&self, sync: bool) -> LogResult<()> {
         assert!(self.io_gate.is_held());
         let target_end = self.log_end_offset();
-        let bases: Vec<Offset> = self
-            .state
-            .borrow()
-            .segments
-            .iter()
-            .filter(|s| s.tail.is_some())
-            .map(|s| s.base)
-            .collect();
-        for base in bases {
+        let mut after: Option<Offset> = None;
+        while let Some(base) = self.next_segment_to_write(after, target_end) {
+            after = Some(base);
             let file = self.ensure_file(base).await?;
             let end = {
                 let mut state = self.state.borrow_mut();
@@ -473,50 +515,7 @@ impl PartitionLog {
                 tail.seal_partial();
                 tail.end()
             };
-            loop {
-                let wave = {
-                    let state = self.state.borrow();
-                    let segment = state
-                        .segments
-                        .iter()
-                        .find(|s| s.base == base)
-                        .expect("segment");
-                    segment
-                        .tail
-                        .as_ref()
-                        .expect("tail")
-                        .write_wave(end, WRITE_BEHIND_CHUNKS_MAX)
-                };
-                if wave.is_empty() {
-                    break;
-                }
-                let writes: Vec<_> = wave
-                    .iter()
-                    .map(|chunk| {
-                        let (file, buffer, start) =
-                            (file.clone(), chunk.buffer.clone(), chunk.start);
-                        runtime::spawn(async move { file.write_at(&buffer, start).await })
-                    })
-                    .collect();
-                let mut failure = None;
-                for write in writes {
-                    if let Err(e) = write.await {
-                        failure.get_or_insert(e);
-                    }
-                }
-                if let Some(e) = failure {
-                    return Err(LogError::io(segment_path(&self.dir, base, LOG_SUFFIX), e));
-                }
-                let mut state = self.state.borrow_mut();
-                let tail = state
-                    .segment_mut(base)
-                    .and_then(|s| s.tail.as_mut())
-                    .expect("tail");
-                for chunk in &wave {
-                    tail.pop_written(chunk.start);
-                }
-                state.stats.chunk_writes += wave.len() as u64;
-            }
+            self.write_waves(base, &file, end).await?;
             let closing = self
                 .state
                 .borrow_mut()
@@ -525,6 +524,9 @@ impl PartitionLog {
             if closing {
                 self.finish_closing(base, &file).await?;
             }
+        }
+        if target_end.0 > self.written.get() {
+            self.written.advance(target_end.0);
         }
         if sync {
             let file = self.state.borrow().active().file.clone();
@@ -541,18 +543,100 @@ impl PartitionLog {
                 self.durable.advance(target_end.0);
             }
         }
+        self.check_invariants();
         Ok(())
+    }
+
+    /// The oldest segment after `after` that still has a tail and either holds
+    /// offsets below `target_end` or is closing (a rolled segment must be
+    /// finished before anything after it counts as written).
+    fn next_segment_to_write(&self, after: Option<Offset>, target_end: Offset) -> Option<Offset> {
+        let state = self.state.borrow();
+        state
+            .segments
+            .iter()
+            .filter(|s| after.is_none_or(|a| s.base > a))
+            .find(|s| s.tail.is_some())
+            .filter(|s| s.closing || s.base < target_end)
+            .map(|s| s.base)
+    }
+
+    /// Writes the sealed chunks of segment `base` below `end`, a few at a time
+    /// in waves; all of them, whatever `end`, once the segment is closing.
+    async fn write_waves(&self, base: Offset, file: &DirectFile, end: u64) -> LogResult<()> {
+        loop {
+            let wave = {
+                let state = self.state.borrow();
+                let segment = state
+                    .segments
+                    .iter()
+                    .find(|s| s.base == base)
+                    .expect("segment");
+                let limit = if segment.closing { u64::MAX } else { end };
+                segment
+                    .tail
+                    .as_ref()
+                    .expect("tail")
+                    .write_wave(limit, WRITE_BEHIND_CHUNKS_MAX)
+            };
+            if wave.is_empty() {
+                return Ok(());
+            }
+            let writes: Vec<_> = wave
+                .iter()
+                .map(|chunk| {
+                    let (file, buffer, start) = (file.clone(), chunk.buffer.clone(), chunk.start);
+                    runtime::spawn(async move { file.write_at(&buffer, start).await })
+                })
+                .collect();
+            let mut failure = None;
+            for write in writes {
+                if let Err(e) = write.await {
+                    failure.get_or_insert(e);
+                }
+            }
+            if let Some(e) = failure {
+                return Err(LogError::io(segment_path(&self.dir, base, LOG_SUFFIX), e));
+            }
+            let mut state = self.state.borrow_mut();
+            let tail = state
+                .segment_mut(base)
+                .and_then(|s| s.tail.as_mut())
+                .expect("tail");
+            for chunk in &wave {
+                tail.pop_written(chunk.start);
+            }
+            state.stats.chunk_writes += wave.len() as u64;
+        }
     }
 
     /// A rolled segment, fully written: sync it, cut the alignment padding, write
     /// its index files, and move the recovery point past it.
     async fn finish_closing(&self, base: Offset, file: &DirectFile) -> LogResult<()> {
+        {
+            let state = self.state.borrow();
+            let segment = state
+                .segments
+                .iter()
+                .find(|s| s.base == base)
+                .expect("segment");
+            let tail = segment.tail.as_ref().expect("a closing segment has a tail");
+            assert_eq!(
+                tail.unwritten_bytes(),
+                0,
+                "a closing segment is finished only once every byte is written"
+            );
+            assert_eq!(tail.end(), segment.size_bytes);
+        }
         let next_offset = self.seal_files(base, file).await?;
         {
             let mut state = self.state.borrow_mut();
             let segment = state.segment_mut(base).expect("segment");
             segment.tail = None;
             segment.closing = false;
+        }
+        if next_offset.0 > self.written.get() {
+            self.written.advance(next_offset.0);
         }
         if next_offset.0 > self.durable.get() {
             self.durable.advance(next_offset.0);
@@ -835,6 +919,9 @@ impl PartitionLog {
         }
         if self.durable.get() > new_end.0 {
             self.durable.reset(new_end.0);
+        }
+        if self.written.get() > new_end.0 {
+            self.written.reset(new_end.0);
         }
         if self.recovery_point() > new_end {
             self.persist_recovery_point(new_end)?;
