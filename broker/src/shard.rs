@@ -67,6 +67,8 @@ impl From<LogError> for OpError {
                 ErrorCode::StorageError
             }
             LogError::Closed => ErrorCode::ShuttingDown,
+            // Only a replica that stopped leading is truncated under a reader.
+            LogError::Changed => ErrorCode::NotLeaderOrFollower,
         };
         OpError::new(code, e.to_string())
     }

@@ -63,5 +63,49 @@ pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<(
 }
 
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
+    fs::File::open(dir)?.sync_all()?;
+    SYNCED_DIRS.with(|synced| {
+        if let Some(synced) = synced.borrow_mut().as_mut() {
+            synced.push(dir.to_path_buf());
+        }
+    });
+    Ok(())
+}
+
+/// Creates `dir` and every missing ancestor so that each survives a power
+/// loss: after each directory is made, its parent is synced (a new directory
+/// entry is durable only once its parent directory is).
+pub fn create_dir_durably(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.exists() {
+        missing.push(at);
+        match at.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+            _ => break,
+        }
+    }
+    for path in missing.into_iter().rev() {
+        match fs::create_dir(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// Directories synced on this thread, while a test records them.
+    static SYNCED_DIRS: std::cell::RefCell<Option<Vec<PathBuf>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Starts recording the directories this thread syncs, for tests that check
+/// durability steps; returns what was recorded since the previous call.
+pub fn record_dir_syncs() -> Vec<PathBuf> {
+    SYNCED_DIRS.with(|synced| synced.borrow_mut().replace(Vec::new()).unwrap_or_default())
 }

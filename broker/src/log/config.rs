@@ -74,6 +74,10 @@ pub struct LogConfig {
 /// Segment positions are u32 in the index, with headroom for the batch that crosses.
 pub const SEGMENT_SIZE_BYTES_MAX: u64 = (i32::MAX as u64) - (64 << 20);
 pub const BATCH_BYTES_MAX_LIMIT: usize = 64 << 20;
+/// Bound on a stored batch when it is read back, scanned or recovered: any
+/// batch the log may ever have accepted, whatever `batch_bytes_max` is now. A
+/// lowered `batch_bytes_max` applies to new appends, never to stored data.
+pub const STORED_BATCH_BYTES_MAX: usize = BATCH_BYTES_MAX_LIMIT;
 
 impl Default for LogConfig {
     fn default() -> LogConfig {

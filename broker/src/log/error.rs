@@ -41,6 +41,11 @@ pub enum LogError {
     Config(#[from] LogConfigError),
     #[error("log is closed")]
     Closed,
+    /// The log was truncated, or its segment removed by retention, while a
+    /// read was under way. Reads retry on it; it reaches a caller only when
+    /// the log keeps changing under the reader.
+    #[error("the log changed during the read")]
+    Changed,
 }
 
 impl LogError {

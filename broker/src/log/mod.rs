@@ -14,7 +14,7 @@ pub mod segment;
 mod tail;
 pub mod verify;
 
-pub use checkpoint::write_atomically;
+pub use checkpoint::{create_dir_durably, record_dir_syncs, write_atomically};
 pub use config::{FlushPolicy, LogConfig, LogConfigError};
 pub use error::{LogError, LogResult};
 pub use partition_log::{AppendInfo, FetchedBatches, LogStats, PartitionLog};

@@ -6,7 +6,7 @@
 //! index) so offsets are assigned atomically; all file writes, syncs and file
 //! removals run under `io_gate`, one at a time, in segment order.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -15,7 +15,7 @@ use protocol::record_batch::{field, peek_total_bytes};
 use protocol::{BatchHeader, LeaderEpoch, Offset, RecordBatch, BATCH_HEADER_BYTES};
 
 use super::checkpoint;
-use super::config::{FlushPolicy, LogConfig};
+use super::config::{FlushPolicy, LogConfig, STORED_BATCH_BYTES_MAX};
 use super::error::{LogError, LogResult};
 use super::index::relative;
 use super::policy::{self, ActiveSummary, SegmentSummary};
@@ -29,6 +29,12 @@ use crate::runtime::{
 
 /// How often, at most, the recovery point is persisted outside rolls and close.
 pub const RECOVERY_POINT_CHECKPOINT_MS: i64 = 10_000;
+
+/// Attempts of a read that keeps racing truncations before it gives up.
+const READ_ATTEMPTS_MAX: usize = 4;
+
+/// Bytes read at a time by the timestamp lookup.
+const TIMESTAMP_SCAN_WINDOW_BYTES: u64 = 1 << 20;
 
 /// Direct writes of one segment in flight at once. A few keep the device busy
 /// while the next completes; more only add memory held by in-flight buffers.
@@ -118,6 +124,10 @@ pub struct PartitionLog {
     /// direct write: in the kernel or the device, safe from a process crash,
     /// not yet from a power loss).
     written: Watermark,
+    /// Bumped by every truncation and retention pass, and odd while one is
+    /// changing files: a read that saw it odd, or change while it awaited
+    /// the disk, starts over.
+    generation: Cell<u64>,
     /// Offset below which every record is synced to disk (safe from a power
     /// loss too).
     durable: Watermark,
@@ -140,7 +150,7 @@ impl PartitionLog {
         clock: Rc<dyn Clock>,
     ) -> LogResult<Rc<PartitionLog>> {
         config.validate()?;
-        std::fs::create_dir_all(dir).map_err(|e| LogError::io(dir, e))?;
+        checkpoint::create_dir_durably(dir).map_err(|e| LogError::io(dir, e))?;
         let recovered = recovery::recover(dir, &config, clock.now_ms()).await?;
         let log_end = recovered
             .segments
@@ -163,6 +173,7 @@ impl PartitionLog {
             }),
             io_gate: SerialGate::new(),
             written: Watermark::new(log_end.0),
+            generation: Cell::new(0),
             durable: Watermark::new(log_end.0),
         };
         {
@@ -462,6 +473,22 @@ impl PartitionLog {
     }
 
     fn persist_recovery_point(&self, offset: Offset) -> LogResult<()> {
+        {
+            let state = self.state.borrow();
+            for segment in state.segments.iter().filter(|s| s.next_offset <= offset) {
+                let synced = segment.size_bytes == 0
+                    || segment
+                        .file
+                        .as_ref()
+                        .is_some_and(|f| f.is_synced_below(segment.size_bytes));
+                assert!(
+                    synced,
+                    "recovery point {offset} vouches for segment {} of {}, whose bytes are not all synced",
+                    segment.base,
+                    self.dir.display()
+                );
+            }
+        }
         checkpoint::write_recovery_point(&self.dir, offset)
             .map_err(|e| LogError::io(&self.dir, e))?;
         let mut state = self.state.borrow_mut();
@@ -649,7 +676,27 @@ impl PartitionLog {
     /// `max_bytes` (the first batch is returned even if larger, so a reader always
     /// progresses) and they end at or below `end_offset` (e.g. the high
     /// watermark). Reads stop at a segment boundary.
+    ///
+    /// A read that raced a truncation or retention (the segment changed while
+    /// its bytes were read) starts over against the log as it is now, so it
+    /// answers from the new state rather than from a mix of both.
     pub async fn read(
+        &self,
+        start: Offset,
+        max_bytes: usize,
+        end_offset: Offset,
+    ) -> LogResult<FetchedBatches> {
+        for _ in 1..READ_ATTEMPTS_MAX {
+            match self.read_once(start, max_bytes, end_offset).await {
+                // Truncation and retention hold the gate: wait for them to end.
+                Err(LogError::Changed) => drop(self.io_gate.enter().await),
+                other => return other,
+            }
+        }
+        self.read_once(start, max_bytes, end_offset).await
+    }
+
+    async fn read_once(
         &self,
         start: Offset,
         max_bytes: usize,
@@ -664,13 +711,13 @@ impl PartitionLog {
             });
         }
         let end_offset = end_offset.min(log_end);
-        let empty = FetchedBatches {
+        let mut result = FetchedBatches {
             bytes: Vec::new(),
             next_offset: start,
             batch_count: 0,
         };
         if start >= end_offset {
-            return Ok(empty);
+            return Ok(result);
         }
         let (base, entry_position, size_bytes) = {
             let state = self.state.borrow();
@@ -682,40 +729,52 @@ impl PartitionLog {
             let entry = segment.offset_index.lookup(relative(segment.base, start));
             (segment.base, u64::from(entry.position), segment.size_bytes)
         };
-        // Enough for the scan from the index entry plus `max_bytes`; a first batch
+        // Enough for the scan from the index entry plus `max_bytes`; a batch
         // larger than that is read whole below.
-        let window = (size_bytes - entry_position).min(
-            (max_bytes + 2 * self.config.index_interval_bytes as usize + BATCH_HEADER_BYTES) as u64,
-        );
+        let window =
+            (max_bytes + 2 * self.config.index_interval_bytes as usize + BATCH_HEADER_BYTES) as u64;
+        let mut window_start = entry_position;
         let mut bytes = self
-            .read_range(base, entry_position, window as usize)
+            .read_range(
+                base,
+                window_start,
+                window.min(size_bytes - window_start) as usize,
+            )
             .await?;
         let mut at = 0usize;
-        let mut first = None;
-        let mut result = empty;
-        while let Some(total) = peek_total_bytes(&bytes[at..]) {
-            let total = total as usize;
-            if at + total > bytes.len() {
-                if first.is_none() && at + total <= (size_bytes - entry_position) as usize {
-                    // The first batch does not fit the window: read it whole.
-                    let mut rest = self
-                        .read_range(
-                            base,
-                            entry_position + bytes.len() as u64,
-                            at + total - bytes.len(),
-                        )
-                        .await?;
-                    bytes.append(&mut rest);
-                    continue;
-                }
+        let mut first: Option<usize> = None;
+        loop {
+            let position = window_start + at as u64;
+            if position == size_bytes {
                 break;
             }
-            let batch = RecordBatch::parse(&bytes[at..at + total], self.config.batch_bytes_max)
-                .map_err(|e| LogError::Corrupt {
-                    path: segment_path(&self.dir, base, LOG_SUFFIX),
-                    position: entry_position + at as u64,
-                    reason: e.to_string(),
-                })?;
+            let total = match peek_total_bytes(&bytes[at..]) {
+                Some(total) => self.check_stored_length(base, position, total, size_bytes)?,
+                None if first.is_some() => break,
+                None => {
+                    // The window ends inside the next header: read on from it.
+                    window_start = position;
+                    at = 0;
+                    bytes = self
+                        .read_range(base, position, window.min(size_bytes - position) as usize)
+                        .await?;
+                    continue;
+                }
+            };
+            if at + total > bytes.len() {
+                if first.is_some() {
+                    break;
+                }
+                // A batch before the first one returned, or the first one
+                // itself, does not fit the window: read on from it, whole.
+                window_start = position;
+                at = 0;
+                let len = (total as u64).max(window.min(size_bytes - position));
+                bytes = self.read_range(base, position, len as usize).await?;
+                continue;
+            }
+            let batch = RecordBatch::parse(&bytes[at..at + total], STORED_BATCH_BYTES_MAX)
+                .map_err(|e| self.corrupt(base, position, e.to_string()))?;
             let header = *batch.header();
             if header.next_offset() <= start {
                 at += total;
@@ -738,23 +797,64 @@ impl PartitionLog {
         Ok(result)
     }
 
+    fn corrupt(&self, base: Offset, position: u64, reason: impl Into<String>) -> LogError {
+        LogError::Corrupt {
+            path: segment_path(&self.dir, base, LOG_SUFFIX),
+            position,
+            reason: reason.into(),
+        }
+    }
+
+    /// The length of the stored batch at `position` of segment `base`, once it
+    /// is known to be a possible batch length that ends within the segment.
+    fn check_stored_length(
+        &self,
+        base: Offset,
+        position: u64,
+        total: i64,
+        size_bytes: u64,
+    ) -> LogResult<usize> {
+        if total < BATCH_HEADER_BYTES as i64 || total > STORED_BATCH_BYTES_MAX as i64 {
+            return Err(self.corrupt(
+                base,
+                position,
+                format!(
+                    "batch length {total} outside {BATCH_HEADER_BYTES}..={STORED_BATCH_BYTES_MAX}"
+                ),
+            ));
+        }
+        if position + total as u64 > size_bytes {
+            return Err(self.corrupt(
+                base,
+                position,
+                format!("batch of {total} bytes runs past the segment's {size_bytes} bytes"),
+            ));
+        }
+        Ok(total as usize)
+    }
+
     /// Bytes [position, position + len) of a segment, from its staged tail where
-    /// they are not yet written and from the file below that.
+    /// they are not yet written and from the file below that. `Changed` when the
+    /// segment was truncated or removed before or during the read.
     async fn read_range(&self, base: Offset, position: u64, len: usize) -> LogResult<Vec<u8>> {
         let mut out = vec![0u8; len];
+        let generation = self.generation.get();
+        if generation % 2 == 1 {
+            return Err(LogError::Changed);
+        }
         let (file, disk_end) = {
             let state = self.state.borrow();
-            let segment = state
-                .segments
-                .iter()
-                .find(|s| s.base == base)
-                .ok_or(LogError::Closed)?;
+            let Some(segment) = state.segments.iter().find(|s| s.base == base) else {
+                return Err(LogError::Changed);
+            };
             let floor = segment
                 .tail
                 .as_ref()
                 .map_or(segment.size_bytes, Tail::floor);
             let end = position + len as u64;
-            assert!(end <= segment.size_bytes, "read within the segment");
+            if end > segment.size_bytes {
+                return Err(LogError::Changed);
+            }
             // Copy the staged part now: once written, it leaves the tail.
             if end > floor {
                 let from = position.max(floor);
@@ -774,6 +874,9 @@ impl PartitionLog {
                 .read_at(position, want)
                 .await
                 .map_err(|e| LogError::io(&path, e))?;
+            if self.generation.get() != generation {
+                return Err(LogError::Changed);
+            }
             if read.len() < want {
                 return Err(LogError::Corrupt {
                     path,
@@ -789,6 +892,16 @@ impl PartitionLog {
     /// The offset of the first record whose timestamp is at or after
     /// `timestamp_ms`, or `None` if every record is older.
     pub async fn offset_for_timestamp(&self, timestamp_ms: i64) -> LogResult<Option<Offset>> {
+        for _ in 1..READ_ATTEMPTS_MAX {
+            match self.offset_for_timestamp_once(timestamp_ms).await {
+                Err(LogError::Changed) => drop(self.io_gate.enter().await),
+                other => return other,
+            }
+        }
+        self.offset_for_timestamp_once(timestamp_ms).await
+    }
+
+    async fn offset_for_timestamp_once(&self, timestamp_ms: i64) -> LogResult<Option<Offset>> {
         let found = {
             let state = self.state.borrow();
             state
@@ -811,36 +924,44 @@ impl PartitionLog {
             return Ok(None);
         };
         while position < size_bytes {
-            let window =
-                (size_bytes - position).min(self.config.batch_bytes_max as u64 + (1 << 20));
-            let bytes = self.read_range(base, position, window as usize).await?;
+            let window = (size_bytes - position).min(TIMESTAMP_SCAN_WINDOW_BYTES);
+            let mut bytes = self.read_range(base, position, window as usize).await?;
             let mut at = 0usize;
-            while let Some(total) = peek_total_bytes(&bytes[at..]) {
-                let total = total as usize;
-                if at + total > bytes.len() {
+            loop {
+                let Some(total) = peek_total_bytes(&bytes[at..]) else {
+                    if at == 0 {
+                        return Err(self.corrupt(base, position, "truncated batch header"));
+                    }
                     break;
-                }
-                let corrupt = |reason: String| LogError::Corrupt {
-                    path: segment_path(&self.dir, base, LOG_SUFFIX),
-                    position: position + at as u64,
-                    reason,
                 };
-                let batch = RecordBatch::parse(&bytes[at..at + total], self.config.batch_bytes_max)
-                    .map_err(|e| corrupt(e.to_string()))?;
+                let at_position = position + at as u64;
+                let total = self.check_stored_length(base, at_position, total, size_bytes)?;
+                if at + total > bytes.len() {
+                    if at > 0 {
+                        break;
+                    }
+                    // One batch larger than the window: read it whole.
+                    bytes = self.read_range(base, position, total).await?;
+                }
+                let batch = RecordBatch::parse(&bytes[at..at + total], STORED_BATCH_BYTES_MAX)
+                    .map_err(|e| self.corrupt(base, at_position, e.to_string()))?;
                 if batch.header().max_timestamp_ms >= timestamp_ms {
                     let section = batch
                         .records_section(self.config.decompressed_bytes_max)
-                        .map_err(|e| corrupt(e.to_string()))?;
+                        .map_err(|e| self.corrupt(base, at_position, e.to_string()))?;
                     for record in section.iter() {
-                        let record = record.map_err(|e| corrupt(e.to_string()))?;
+                        let record =
+                            record.map_err(|e| self.corrupt(base, at_position, e.to_string()))?;
                         if record.timestamp_ms >= timestamp_ms {
                             return Ok(Some(record.offset));
                         }
                     }
                 }
                 at += total;
+                if at == bytes.len() {
+                    break;
+                }
             }
-            assert!(at > 0, "a window holds at least one batch");
             position += at as u64;
             runtime::yield_now().await;
         }
@@ -881,7 +1002,7 @@ impl PartitionLog {
             size_bytes,
             start_position,
             None,
-            self.config.batch_bytes_max,
+            STORED_BATCH_BYTES_MAX,
             super::scan::ScanDepth::Headers,
         );
         let mut cut = (start_position, offset);
@@ -891,6 +1012,34 @@ impl PartitionLog {
                 break;
             }
         }
+        // Odd while the files and the state disagree: reads started now retry.
+        self.generation.set(self.generation.get() + 1);
+        let cut_result = self.cut_at(index, base, &file, cut).await;
+        self.generation.set(self.generation.get() + 1);
+        let new_end = cut_result?;
+        if self.durable.get() > new_end.0 {
+            self.durable.reset(new_end.0);
+        }
+        if self.written.get() > new_end.0 {
+            self.written.reset(new_end.0);
+        }
+        if self.recovery_point() > new_end {
+            self.persist_recovery_point(new_end)?;
+        }
+        self.check_invariants();
+        Ok(new_end)
+    }
+
+    /// The destructive part of `truncate_to`: drops the segments after
+    /// `index`, cuts segment `base` at `cut` (position, offset) and makes it
+    /// the active segment again. Returns the new log end.
+    async fn cut_at(
+        &self,
+        index: usize,
+        base: Offset,
+        file: &DirectFile,
+        cut: (u64, Offset),
+    ) -> LogResult<Offset> {
         self.remove_segments_after(index).await?;
         let path = segment_path(&self.dir, base, LOG_SUFFIX);
         file.truncate(cut.0)
@@ -903,7 +1052,7 @@ impl PartitionLog {
         let rebuilt = recovery::rebuild_segment(
             &self.dir,
             base,
-            &file,
+            file,
             cut.0,
             &self.config,
             self.clock.now_ms(),
@@ -917,16 +1066,6 @@ impl PartitionLog {
             *state.segments.back_mut().expect("segment") = rebuilt.segment;
             state.latest_epoch = latest_epoch;
         }
-        if self.durable.get() > new_end.0 {
-            self.durable.reset(new_end.0);
-        }
-        if self.written.get() > new_end.0 {
-            self.written.reset(new_end.0);
-        }
-        if self.recovery_point() > new_end {
-            self.persist_recovery_point(new_end)?;
-        }
-        self.check_invariants();
         Ok(new_end)
     }
 
@@ -979,6 +1118,10 @@ impl PartitionLog {
                 .collect();
             policy::segments_to_delete(&self.config, &summaries, end_limit, self.clock.now_ms())
         };
+        if count > 0 {
+            // Two steps, as in truncation; nothing awaits in between here.
+            self.generation.set(self.generation.get() + 2);
+        }
         let removed: Vec<Segment> = self.state.borrow_mut().segments.drain(..count).collect();
         for segment in &removed {
             for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {

@@ -10,7 +10,7 @@ use std::path::Path;
 use protocol::{LeaderEpoch, Offset};
 
 use super::checkpoint;
-use super::config::LogConfig;
+use super::config::{LogConfig, STORED_BATCH_BYTES_MAX};
 use super::error::{LogError, LogResult};
 use super::index::{OffsetIndex, TimeIndex};
 use super::partition_log::write_small_file;
@@ -77,9 +77,13 @@ pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogR
                 corruption: None,
             },
             None => {
+                // Bytes found after a crash may be in the kernel or the device
+                // only: sync them before a recovery point vouches for them.
+                file.mark_untrusted();
                 let rebuilt =
                     scan_segment(dir, base, &file, file_bytes, latest_epoch, config, now_ms)
                         .await?;
+                file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
                 if next_base.is_some() && rebuilt.corruption.is_none() {
                     // A closed segment's indexes are never written again: persist the rebuilt ones.
                     write_index_files(dir, &rebuilt.segment).await?;
@@ -245,7 +249,7 @@ async fn load_trusted(
         file_bytes,
         u64::from(last.position),
         Some(start),
-        config.batch_bytes_max,
+        STORED_BATCH_BYTES_MAX,
         ScanDepth::Headers,
     );
     loop {
@@ -288,7 +292,7 @@ pub(super) async fn scan_segment(
         file_bytes,
         0,
         Some(base),
-        config.batch_bytes_max,
+        STORED_BATCH_BYTES_MAX,
         ScanDepth::Crc,
     )
     .with_latest_epoch(latest_epoch);

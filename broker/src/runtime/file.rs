@@ -10,9 +10,14 @@ use std::rc::Rc;
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions, ReadResult};
 
 /// A file opened for direct I/O. Cheap to clone: clones share one descriptor.
+///
+/// It also remembers the lowest position written (or truncated) since its
+/// last successful `fdatasync`, so the log can assert, before it persists a
+/// recovery point, that the bytes the point vouches for were really synced.
 #[derive(Clone, Debug)]
 pub struct DirectFile {
     inner: Rc<DmaFile>,
+    unsynced_from: Rc<std::cell::Cell<Option<u64>>>,
 }
 
 thread_local! {
@@ -92,7 +97,28 @@ impl DirectFile {
         }
         Ok(DirectFile {
             inner: Rc::new(file),
+            unsynced_from: Rc::default(),
         })
+    }
+
+    fn mark_unsynced(&self, position: u64) {
+        let from = self
+            .unsynced_from
+            .get()
+            .map_or(position, |p| p.min(position));
+        self.unsynced_from.set(Some(from));
+    }
+
+    /// Treats the whole file as not yet synced: for a file found after a
+    /// crash, whose writes may never have reached stable storage.
+    pub fn mark_untrusted(&self) {
+        self.mark_unsynced(0);
+    }
+
+    /// Whether every byte below `position` was synced since it was last
+    /// written or truncated through this process.
+    pub fn is_synced_below(&self, position: u64) -> bool {
+        self.unsynced_from.get().is_none_or(|from| from >= position)
     }
 
     pub fn alignment(&self) -> u64 {
@@ -113,10 +139,12 @@ impl DirectFile {
             0,
             "aligned write length"
         );
-        let written = self
-            .inner
-            .write_rc_at(buffer.inner.clone(), position)
-            .await?;
+        self.mark_unsynced(position);
+        let written = self.inner.write_rc_at(buffer.inner.clone(), position).await;
+        // Marked again on completion: a sync that began while the write was
+        // in flight may not cover it.
+        self.mark_unsynced(position);
+        let written = written?;
         if written != len {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
@@ -133,11 +161,18 @@ impl DirectFile {
     }
 
     pub async fn fdatasync(&self) -> io::Result<()> {
-        self.inner.fdatasync().await?;
+        let pending = self.unsynced_from.take();
+        if let Err(e) = self.inner.fdatasync().await {
+            if let Some(from) = pending {
+                self.mark_unsynced(from);
+            }
+            return Err(e.into());
+        }
         Ok(())
     }
 
     pub async fn truncate(&self, size_bytes: u64) -> io::Result<()> {
+        self.mark_unsynced(size_bytes);
         self.inner.truncate(size_bytes).await?;
         Ok(())
     }
