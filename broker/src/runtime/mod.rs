@@ -5,6 +5,7 @@
 pub mod file;
 pub mod gate;
 pub mod net;
+pub mod nudge;
 pub mod oneshot;
 pub mod shards;
 pub mod watermark;

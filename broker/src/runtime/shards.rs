@@ -82,10 +82,12 @@ where
     R: Send + 'static,
 {
     let shard_count = cpus.len();
+    let nudger = super::nudge::Nudger::start(shard_count)?;
     let mesh = MeshBuilder::<T, _>::full(shard_count, mesh_queue_max);
     let mut handles = Vec::with_capacity(shard_count);
     for (shard_id, &cpu) in cpus.iter().enumerate() {
         let (mesh, root, stop) = (mesh.clone(), root.clone(), stop.clone());
+        let nudges = nudger.registry();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{shard_id}"))
             .io_memory(IO_MEMORY_BYTES)
@@ -93,6 +95,7 @@ where
             // off by default so a broker sharing cores with clients does not starve them.
             .spin_before_park(idle_spin)
             .spawn(move || async move {
+                let _nudged = super::nudge::Nudger::register_current(&nudges, shard_id);
                 let (senders, receivers) = mesh.join().await.expect("mesh join");
                 root(ShardContext {
                     shard_id,
@@ -108,10 +111,12 @@ where
             .map_err(|e| io::Error::other(e.to_string()))?;
         handles.push(handle);
     }
-    handles
+    let outputs = handles
         .into_iter()
         .map(|h| h.join().map_err(|e| io::Error::other(e.to_string())))
-        .collect()
+        .collect();
+    drop(nudger);
+    outputs
 }
 
 /// Registers SIGTERM and SIGINT to set `stop`.
