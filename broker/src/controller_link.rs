@@ -1,6 +1,9 @@
 //! The broker's links to the controller quorum, all on shard 0: the session
 //! (register, then heartbeat at a third of the session timeout; register
-//! again when told the session is gone), the metadata follower (long-polls
+//! again only when told the session is gone, never merely because the
+//! controller leader changed: the registration carries this process's
+//! incarnation id, so even a repeated registration keeps the epoch and fences
+//! nothing), the metadata follower (long-polls
 //! FetchMetadata from the leader and hands each update to every shard), and
 //! topic admin forwarding. Every link follows NOT_CONTROLLER answers to the
 //! leader and otherwise tries the configured controllers in turn.
@@ -149,13 +152,26 @@ fn endpoints(shard: &Shard) -> BrokerEndpoints {
     }
 }
 
+/// A random id for this broker process, never 0.
+fn new_incarnation_id() -> u64 {
+    use std::hash::BuildHasher;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new()
+        .hash_one((std::process::id(), nanos))
+        .max(1)
+}
+
 async fn register(
     connection: &mut Connection,
     shard: &Shard,
+    incarnation_id: u64,
 ) -> Result<(BrokerEpoch, Duration), LinkError> {
     let request = RegisterBroker {
         broker_id: shard.broker_id(),
         endpoints: endpoints(shard),
+        incarnation_id,
     };
     let body = connection
         .call(
@@ -170,22 +186,46 @@ async fn register(
     Ok((registered.broker_epoch, interval))
 }
 
+/// This process's registration, kept across controller connections.
+struct Registration {
+    incarnation_id: u64,
+    /// Epoch and heartbeat interval, once registered.
+    session: Option<(BrokerEpoch, Duration)>,
+}
+
 /// The broker's session, until the shard stops.
 pub async fn run_session(shard: Rc<Shard>, controllers: Vec<String>) {
     let mut targets = Targets::new(controllers);
+    let mut registration = Registration {
+        incarnation_id: new_incarnation_id(),
+        session: None,
+    };
     while !shard.stopping.get() {
         let target = targets.pick();
-        if let Err(e) = session(&shard, &target).await {
+        if let Err(e) = session(&shard, &target, &mut registration).await {
             targets.failed("controller session", &target, &e).await;
         }
     }
 }
 
-async fn session(shard: &Rc<Shard>, target: &str) -> Result<(), LinkError> {
+/// Heartbeats to `target` while it answers, registering first only if this
+/// process has no registration yet.
+async fn session(
+    shard: &Rc<Shard>,
+    target: &str,
+    registration: &mut Registration,
+) -> Result<(), LinkError> {
     let mut connection = Connection::open(target).await?;
-    let (mut epoch, interval) = register(&mut connection, shard).await?;
-    shard.broker_epoch.set(epoch.0);
-    tracing::info!(controller = %target, broker_epoch = epoch.0, "registered with the controller");
+    let (mut epoch, interval) = match registration.session {
+        Some(session) => session,
+        None => {
+            let session = register(&mut connection, shard, registration.incarnation_id).await?;
+            registration.session = Some(session);
+            shard.broker_epoch.set(session.0 .0);
+            tracing::info!(controller = %target, broker_epoch = session.0 .0, "registered with the controller");
+            session
+        }
+    };
     while !shard.stopping.get() {
         // A broker on its way out must not ask to be unfenced again.
         let ready = shard.has_caught_up() && !shard.shutting_down.get();
@@ -206,7 +246,10 @@ async fn session(shard: &Rc<Shard>, target: &str) -> Result<(), LinkError> {
             controller::wire::decode_broker_heartbeat_response(&body).map_err(malformed)??;
         match state {
             SessionState::Unregistered => {
-                let (new_epoch, _) = register(&mut connection, shard).await?;
+                registration.session = None;
+                let (new_epoch, _) =
+                    register(&mut connection, shard, registration.incarnation_id).await?;
+                registration.session = Some((new_epoch, interval));
                 tracing::info!(
                     broker_epoch = new_epoch.0,
                     "registered again after the session ended"

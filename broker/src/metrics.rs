@@ -35,6 +35,17 @@ pub struct ShardMetrics {
     connections_refused: Cell<u64>,
     bad_frames: Cell<u64>,
     storage_errors: Cell<u64>,
+    fetch_waiters: std::rc::Rc<Cell<u64>>,
+}
+
+/// Counts one waiting fetch long poll while it lives.
+#[derive(Debug)]
+pub struct FetchWaiter(std::rc::Rc<Cell<u64>>);
+
+impl Drop for FetchWaiter {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 impl ShardMetrics {
@@ -59,6 +70,16 @@ impl ShardMetrics {
         if let Some(i) = LATENCY_BUCKETS_US.iter().position(|b| us <= *b) {
             h.buckets[i] += 1;
         }
+    }
+
+    /// A fetch long poll starts waiting; the gauge drops when it stops.
+    pub fn fetch_waiter(&self) -> FetchWaiter {
+        self.fetch_waiters.set(self.fetch_waiters.get() + 1);
+        FetchWaiter(self.fetch_waiters.clone())
+    }
+
+    pub fn fetch_waiters(&self) -> u64 {
+        self.fetch_waiters.get()
     }
 
     pub fn on_append(&self, records: i64) {
@@ -141,6 +162,7 @@ impl ShardMetrics {
             ("ringlog_bad_frames_total", self.bad_frames.get()),
             ("ringlog_storage_errors_total", self.storage_errors.get()),
             ("ringlog_batch_cache_bytes", cache_bytes as u64),
+            ("ringlog_fetch_waiters", self.fetch_waiters.get()),
         ];
         for (name, value) in counters {
             let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {value}");

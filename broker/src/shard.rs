@@ -92,13 +92,8 @@ pub struct FetchOutcome {
     pub diverging: Option<(i32, i64)>,
 }
 
-/// What a follower says about itself when it fetches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReplicaFetch {
-    pub broker_id: u32,
-    pub current_leader_epoch: i32,
-    pub last_fetched_epoch: i32,
-}
+pub use crate::replication::leader::FollowerFetch as ReplicaFetch;
+pub use crate::replication::role::Role;
 
 /// Stored bytes as a list of shared slices, so cached batches reach the socket
 /// without being copied.
@@ -222,21 +217,9 @@ pub struct MeshMessage {
 pub enum MeshBody {
     Request(ShardOp),
     Reply(ShardReply),
-}
-
-/// What this broker does for a partition, as the metadata says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Role {
-    pub leader: bool,
-    pub leader_epoch: i32,
-    pub partition_epoch: i32,
-    pub replicas: Vec<u32>,
-    pub isr: Vec<u32>,
-    /// acks=all needs at least this many in-sync replicas (topic config
-    /// `min.insync.replicas`, default 1).
-    pub min_insync: usize,
-    /// For a follower: the leader's shard endpoint to fetch from.
-    pub leader_endpoint: Option<String>,
+    /// The requester no longer wants the answer to request `id`: a fetch
+    /// long poll stops waiting at once instead of at its deadline.
+    Cancel,
 }
 
 /// A partition replica this shard owns.
@@ -255,6 +238,10 @@ pub struct Replica {
     pub epochs: RefCell<EpochHistory>,
     /// An AlterIsr for this partition is on its way; no second one meanwhile.
     pub alter_isr_in_flight: Cell<bool>,
+    /// Counts role changes: work that awaited (a follower's cut, an acks=all
+    /// wait) checks it did not change meanwhile, and waits on it to learn
+    /// of a change at once.
+    pub role_version: Watermark,
 }
 
 impl Replica {
@@ -294,13 +281,18 @@ pub struct Shard {
     pub metrics: ShardMetrics,
     mesh: Mesh<MeshMessage>,
     pending: RefCell<HashMap<u64, OneshotSender<ShardReply>>>,
+    /// Fetch long polls other shards asked of this one, by (shard, request
+    /// id): raised to 1 when the asker cancels.
+    remote_waits: RefCell<HashMap<(usize, u64), Rc<Watermark>>>,
     next_request_id: Cell<u64>,
     admin_gate: SerialGate,
     /// Serialises applying metadata and reconciling replicas.
     apply_gate: SerialGate,
     /// The view version whose replicas are all reconciled.
     reconciled_version: Cell<u64>,
-    /// This broker's registration epoch as last told to shard 0; 0 before.
+    /// This broker's registration epoch: on shard 0 as the session learns
+    /// it, on every other shard as shard 0 passes it with each metadata
+    /// update; 0 before the first registration.
     pub broker_epoch: Cell<u64>,
     /// The controller that last answered, tried first by admin forwarding.
     pub controller_hint: RefCell<Option<String>>,
@@ -335,6 +327,7 @@ impl Shard {
             metrics: ShardMetrics::default(),
             mesh,
             pending: RefCell::new(HashMap::new()),
+            remote_waits: RefCell::new(HashMap::new()),
             next_request_id: Cell::new(0),
             admin_gate: SerialGate::new(),
             apply_gate: SerialGate::new(),
@@ -406,7 +399,9 @@ impl Shard {
         Ok((replica, leader_epoch))
     }
 
-    /// Runs `op` on shard `to`: directly when it is this shard, else through the mesh.
+    /// Runs `op` on shard `to`: directly when it is this shard, else through
+    /// the mesh. Dropping the returned future before it completes cancels a
+    /// fetch long poll on the other shard too.
     pub async fn call(self: &Rc<Self>, to: usize, op: ShardOp) -> ShardReply {
         if to == self.id {
             return self.execute(op).await;
@@ -415,6 +410,13 @@ impl Shard {
         self.next_request_id.set(id + 1);
         let (sender, receiver) = oneshot();
         self.pending.borrow_mut().insert(id, sender);
+        let mut guard = PendingCall {
+            shard: self,
+            to,
+            id,
+            cancel_on_drop: matches!(&op, ShardOp::Fetch { wait_ms, .. } if *wait_ms > 0),
+            answered: false,
+        };
         if self
             .mesh
             .send(
@@ -428,32 +430,68 @@ impl Shard {
             .await
             .is_err()
         {
+            guard.answered = true;
             self.pending.borrow_mut().remove(&id);
             return ShardReply::Admin(vec![]);
         }
-        receiver.await.expect("every mesh request is answered")
+        let reply = receiver.await.expect("every mesh request is answered");
+        guard.answered = true;
+        reply
     }
 
     /// Handles one message from another shard.
     pub fn on_mesh_message(self: &Rc<Self>, message: MeshMessage) {
+        let (from, id) = (message.from, message.id);
         match message.body {
             MeshBody::Reply(reply) => {
-                let sender = self.pending.borrow_mut().remove(&message.id);
+                let sender = self.pending.borrow_mut().remove(&id);
                 if let Some(sender) = sender {
                     sender.send(reply);
+                }
+            }
+            MeshBody::Cancel => {
+                if let Some(flag) = self.remote_waits.borrow().get(&(from, id)) {
+                    flag.advance(1);
                 }
             }
             MeshBody::Request(op) => {
                 let shard = self.clone();
                 runtime::spawn(async move {
-                    let reply = shard.execute(op).await;
+                    let reply = match op {
+                        ShardOp::Fetch {
+                            key,
+                            offset,
+                            max_bytes,
+                            wait_ms,
+                            replica,
+                        } if wait_ms > 0 => {
+                            let cancel = Rc::new(Watermark::new(0));
+                            shard
+                                .remote_waits
+                                .borrow_mut()
+                                .insert((from, id), cancel.clone());
+                            let outcome = shard
+                                .fetch_local(
+                                    &key,
+                                    offset,
+                                    max_bytes,
+                                    wait_ms,
+                                    replica,
+                                    Some(&cancel),
+                                )
+                                .await;
+                            shard.remote_waits.borrow_mut().remove(&(from, id));
+                            ShardReply::Fetch(outcome)
+                        }
+                        op => shard.execute(op).await,
+                    };
                     let _ = shard
                         .mesh
                         .send(
-                            message.from,
+                            from,
                             MeshMessage {
                                 from: shard.id,
-                                id: message.id,
+                                id,
                                 body: MeshBody::Reply(reply),
                             },
                         )
@@ -479,7 +517,7 @@ impl Shard {
                 wait_ms,
                 replica,
             } => ShardReply::Fetch(
-                self.fetch_local(&key, offset, max_bytes, wait_ms, replica)
+                self.fetch_local(&key, offset, max_bytes, wait_ms, replica, None)
                     .await,
             ),
             ShardOp::AlterIsr(request) => {
@@ -576,9 +614,11 @@ impl Shard {
     }
 
     /// acks=all: waits until the high watermark passes `end`, that is until
-    /// every in-sync replica has the records. Fails at once if this broker
-    /// stops leading at that epoch, and after `timeout_ms` otherwise (the
-    /// records stay in the log; they may still commit).
+    /// every in-sync replica holds the records stably, and answers by
+    /// `replication::ack::decide` as things stand then: fails at once if this
+    /// broker stops leading at that epoch, refuses if the ISR shrank below
+    /// `min.insync.replicas`, and times out after `timeout_ms` (the records
+    /// stay in the log; they may still commit).
     async fn wait_committed(
         &self,
         key: &PartitionKey,
@@ -587,22 +627,47 @@ impl Shard {
         end: i64,
         timeout_ms: u64,
     ) -> Result<(), OpError> {
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        use crate::replication::ack::{decide, AckDecision, AckView};
+        let deadline = self.clock.now_ms().saturating_add(timeout_ms as i64);
         loop {
-            if replica.high_watermark.get() >= end {
-                return Ok(());
+            let decision = {
+                let role = replica.role.borrow();
+                decide(AckView {
+                    leads_at_append_epoch: role.leader && role.leader_epoch == leader_epoch,
+                    high_watermark: replica.high_watermark.get(),
+                    batch_end: end,
+                    isr_len: role.isr.len(),
+                    min_insync: role.min_insync,
+                })
+            };
+            match decision {
+                AckDecision::Committed => return Ok(()),
+                AckDecision::NotLeader => {
+                    return Err(OpError::new(
+                        ErrorCode::NotLeaderOrFollower,
+                        format!(
+                            "leadership of {}-{} moved before the write was replicated",
+                            key.topic, key.partition
+                        ),
+                    ))
+                }
+                AckDecision::NotEnoughReplicasAfterAppend => {
+                    let role = replica.role.borrow();
+                    return Err(OpError::new(
+                        ErrorCode::NotEnoughReplicasAfterAppend,
+                        format!(
+                            "{}-{}: written, but the ISR shrank to {} below min.insync.replicas {}",
+                            key.topic,
+                            key.partition,
+                            role.isr.len(),
+                            role.min_insync
+                        ),
+                    ));
+                }
+                AckDecision::Wait => {}
             }
-            if !replica.leads_at(leader_epoch) {
-                return Err(OpError::new(
-                    ErrorCode::NotLeaderOrFollower,
-                    format!(
-                        "leadership of {}-{} moved before the write was replicated",
-                        key.topic, key.partition
-                    ),
-                ));
-            }
-            let now = Instant::now();
-            if now >= deadline {
+            let now_ms = self.clock.now_ms();
+            if now_ms >= deadline {
                 return Err(OpError::new(
                     ErrorCode::RequestTimedOut,
                     format!(
@@ -613,8 +678,16 @@ impl Shard {
                     ),
                 ));
             }
-            let wait = (deadline - now).min(Duration::from_millis(ISR_CHECK_MS));
-            runtime::timeout(wait, replica.high_watermark.wait_at_least(end)).await;
+            let wait_ms = (deadline - now_ms).clamp(1, ISR_CHECK_MS as i64) as u64;
+            let version = replica.role_version.get();
+            runtime::timeout(
+                Duration::from_millis(wait_ms),
+                futures_lite::future::or(
+                    replica.high_watermark.wait_at_least(end),
+                    replica.role_version.wait_at_least(version + 1),
+                ),
+            )
+            .await;
         }
     }
 
@@ -629,9 +702,10 @@ impl Shard {
         }
     }
 
-    /// A leader's high watermark from its ISR's progress; wakes consumers.
+    /// A leader's high watermark from its ISR's progress and its own stable
+    /// offset; wakes consumers.
     fn update_high_watermark(&self, replica: &Replica) {
-        let end = replica.log.log_end_offset().0;
+        let end = replica.log.stable_offset().0;
         let hw = match replica.leader_state.borrow_mut().as_mut() {
             Some(state) => state.update_high_watermark(&replica.role.borrow().isr, end),
             None => return,
@@ -646,6 +720,7 @@ impl Shard {
         max_bytes: usize,
         wait_ms: u64,
         follower: Option<ReplicaFetch>,
+        cancel: Option<&Watermark>,
     ) -> FetchOutcome {
         let failed = |e: OpError| FetchOutcome {
             error: Some(e),
@@ -659,49 +734,11 @@ impl Shard {
             Err(e) => return failed(e),
         };
         if let Some(f) = follower {
-            if f.current_leader_epoch != leader_epoch {
-                let code = if f.current_leader_epoch < leader_epoch {
-                    ErrorCode::StaleLeaderEpoch
-                } else {
-                    ErrorCode::NotLeaderOrFollower
-                };
-                return failed(OpError::new(
-                    code,
-                    format!(
-                        "follower at leader epoch {}, leader at {}",
-                        f.current_leader_epoch, leader_epoch
-                    ),
-                ));
+            if let Some(refused) =
+                self.accept_follower_fetch(key, &replica, leader_epoch, &f, offset)
+            {
+                return refused;
             }
-            let end = replica.log.log_end_offset().0;
-            if f.last_fetched_epoch >= 0 {
-                let (epoch, epoch_end) = replica
-                    .epochs
-                    .borrow()
-                    .end_offset_for(f.last_fetched_epoch, end);
-                if epoch_end < offset || epoch < f.last_fetched_epoch {
-                    return FetchOutcome {
-                        high_watermark: replica.high_watermark.get(),
-                        log_start_offset: replica.log.log_start_offset().0,
-                        log_end_offset: end,
-                        diverging: Some((epoch, epoch_end)),
-                        ..FetchOutcome::default()
-                    };
-                }
-            }
-            let known = replica.leader_state.borrow_mut().as_mut().is_some_and(|s| {
-                s.on_fetch(f.broker_id, offset, end, self.clock.now_ms().max(0) as u64)
-            });
-            if !known {
-                return failed(OpError::new(
-                    ErrorCode::NotLeaderOrFollower,
-                    format!(
-                        "broker {} is not a replica of {}-{}",
-                        f.broker_id, key.topic, key.partition
-                    ),
-                ));
-            }
-            self.update_high_watermark(&replica);
         }
         let deadline =
             Instant::now() + Duration::from_millis(wait_ms.min(self.config.fetch_wait_ms_max));
@@ -738,24 +775,120 @@ impl Shard {
                     None => match replica.log.read(Offset(offset), max_bytes, limit).await {
                         Ok(fetched) => Chunks::from(fetched.bytes),
                         Err(e) => {
-                            outcome.error = Some(e.into());
+                            outcome.error = Some(self.log_error(e));
                             return outcome;
                         }
                     },
                 }
             };
             let now = Instant::now();
-            if !records.is_empty() || now >= deadline {
+            let cancelled = cancel.is_some_and(|c| c.get() > 0);
+            if !records.is_empty() || now >= deadline || cancelled {
                 outcome.records = records;
                 return outcome;
             }
-            runtime::timeout(deadline - now, watermark.wait_at_least(offset + 1)).await;
+            let _waiting = self.metrics.fetch_waiter();
+            let woken = watermark.wait_at_least(offset + 1);
+            match cancel {
+                Some(cancel) => {
+                    runtime::timeout(
+                        deadline - now,
+                        futures_lite::future::or(woken, cancel.wait_at_least(1)),
+                    )
+                    .await
+                }
+                None => runtime::timeout(deadline - now, woken).await,
+            };
             if !replica.role.borrow().leader {
                 return failed(OpError::new(
                     ErrorCode::NotLeaderOrFollower,
                     format!("no longer the leader of {}-{}", key.topic, key.partition),
                 ));
             }
+        }
+    }
+
+    /// A leader's checks of a follower's fetch at `offset`, by
+    /// `replication::leader`: the leadership, the follower's incarnation, where
+    /// its log diverges. Records the follower's progress and moves the high
+    /// watermark when the fetch is accepted; else returns the answer to send.
+    fn accept_follower_fetch(
+        &self,
+        key: &PartitionKey,
+        replica: &Replica,
+        leader_epoch: i32,
+        f: &ReplicaFetch,
+        offset: i64,
+    ) -> Option<FetchOutcome> {
+        use crate::replication::leader::{check_follower_fetch, FetchAccepted, FollowerFetchCheck};
+        let refuse = |code: ErrorCode, message: String| {
+            Some(FetchOutcome {
+                error: Some(OpError::new(code, message)),
+                high_watermark: -1,
+                log_start_offset: -1,
+                log_end_offset: -1,
+                ..FetchOutcome::default()
+            })
+        };
+        let end = replica.log.log_end_offset().0;
+        let check = check_follower_fetch(leader_epoch, f, offset, &replica.epochs.borrow(), end);
+        match check {
+            FollowerFetchCheck::Serve => {}
+            FollowerFetchCheck::Refuse(code, message) => return refuse(code, message),
+            FollowerFetchCheck::Diverging { epoch, end_offset } => {
+                return Some(FetchOutcome {
+                    high_watermark: replica.high_watermark.get(),
+                    log_start_offset: replica.log.log_start_offset().0,
+                    log_end_offset: end,
+                    diverging: Some((epoch, end_offset)),
+                    ..FetchOutcome::default()
+                })
+            }
+        }
+        // An incarnation older than the one the metadata registered is a
+        // zombie: its progress may not be on any disk that still counts.
+        let registered = self
+            .view
+            .borrow()
+            .brokers
+            .get(&BrokerId(f.broker_id))
+            .map(|b| b.epoch.0 as i64);
+        if registered.is_some_and(|r| f.broker_epoch < r) {
+            return refuse(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} fetches at epoch {}, registered at {}",
+                    f.broker_id,
+                    f.broker_epoch,
+                    registered.unwrap_or_default()
+                ),
+            );
+        }
+        let now_ms = self.clock.now_ms().max(0) as u64;
+        let accepted = replica
+            .leader_state
+            .borrow_mut()
+            .as_mut()
+            .map(|s| s.on_fetch(f.broker_id, f.broker_epoch, offset, end, now_ms));
+        match accepted {
+            Some(FetchAccepted::Accepted) => {
+                self.update_high_watermark(replica);
+                None
+            }
+            Some(FetchAccepted::StaleBrokerEpoch) => refuse(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} fetches from an older incarnation (epoch {})",
+                    f.broker_id, f.broker_epoch
+                ),
+            ),
+            Some(FetchAccepted::NotReplica) | None => refuse(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} is not a replica of {}-{}",
+                    f.broker_id, key.topic, key.partition
+                ),
+            ),
         }
     }
 
@@ -779,7 +912,8 @@ impl Shard {
             ts => Ok(replica
                 .log
                 .offset_for_timestamp(ts)
-                .await?
+                .await
+                .map_err(|e| self.log_error(e))?
                 .map_or(-1, |o| o.0)),
         }
     }
@@ -902,6 +1036,7 @@ impl Shard {
 
     async fn apply_metadata(self: &Rc<Self>, update: MetadataUpdate, broker_epoch: u64) {
         let _gate = self.apply_gate.enter().await;
+        self.broker_epoch.set(broker_epoch);
         if let Err(e) = self.view.borrow_mut().apply(update) {
             // Shard 0 checked this update against the same view.
             panic!(
@@ -1012,14 +1147,11 @@ impl Shard {
                             log,
                             log_end,
                             high_watermark: Watermark::new(0),
-                            role: RefCell::new(Role {
-                                leader: false,
-                                leader_epoch: -1,
-                                ..role.clone()
-                            }),
+                            role: RefCell::new(Role::opened(&role)),
                             leader_state: RefCell::new(None),
                             epochs: RefCell::new(epochs),
                             alter_isr_in_flight: Cell::new(false),
+                            role_version: Watermark::new(0),
                         });
                         self.replicas
                             .borrow_mut()
@@ -1088,8 +1220,11 @@ impl Shard {
             .collect()
     }
 
-    /// A follower applies what its leader sent: records, or the offset its
-    /// log diverged at. Ignored if the replica changed role meanwhile.
+    /// A follower applies its leader's answer for one partition as
+    /// `replication::follower::decide` says: cut a diverged suffix, restart at
+    /// the leader's log start, or append the records and take the high
+    /// watermark. Stops wherever the replica stopped following at
+    /// `leader_epoch` while it awaited; an error means "back off".
     pub async fn apply_fetched(
         &self,
         key: &PartitionKey,
@@ -1097,38 +1232,93 @@ impl Shard {
         leader_epoch: i32,
         fetched: crate::replication::fetcher::Fetched,
     ) -> Result<(), OpError> {
-        let still_following = |r: &Replica| {
-            let role = r.role.borrow();
+        use crate::replication::follower::{decide, FollowerAction, LeaderAnswer};
+        let still_following = || {
+            let role = replica.role.borrow();
             !role.leader && role.leader_epoch == leader_epoch
         };
-        if !still_following(replica) {
+        if !still_following() {
             return Ok(());
         }
-        if let Some((epoch, end)) = fetched.diverging {
-            let own_end = replica.log.log_end_offset().0;
-            let cut = crate::replication::epochs::truncation_offset(
-                &replica.epochs.borrow(),
-                own_end,
-                epoch,
-                end,
-            );
-            tracing::warn!(topic = %key.topic, partition = key.partition, from = own_end, to = cut, leader_epoch, "truncating a diverged follower log");
-            let new_end = replica.log.truncate_to(Offset(cut)).await?;
-            self.cache.borrow_mut().remove_partition(key);
-            if replica.epochs.borrow_mut().truncate_to(new_end.0) {
-                if let Err(e) = replica.epochs.borrow().save(replica.log.dir()) {
-                    tracing::warn!(error = %e, "saving the leader epoch history failed");
+        let answer = LeaderAnswer {
+            error: fetched.error,
+            high_watermark: fetched.high_watermark,
+            log_start_offset: fetched.log_start_offset,
+            log_end_offset: fetched.log_end_offset,
+            diverging: fetched.diverging,
+        };
+        let own_end = replica.log.log_end_offset().0;
+        let action = decide(&answer, own_end, &replica.epochs.borrow());
+        match action {
+            FollowerAction::Retry => Err(OpError::new(
+                fetched.error,
+                format!("leader refused the fetch at {own_end}"),
+            )),
+            FollowerAction::Truncate(cut) => {
+                tracing::warn!(topic = %key.topic, partition = key.partition, from = own_end, to = cut, leader_epoch, "truncating a diverged follower log");
+                let cut_done = replica
+                    .log
+                    .truncate_to_if(Offset(cut), &still_following)
+                    .await
+                    .map_err(|e| self.log_error(e))?;
+                if let Some(new_end) = cut_done {
+                    self.after_cut(key, replica, new_end.0);
                 }
+                Ok(())
             }
-            replica.log_end.reset(new_end.0);
-            if replica.high_watermark.get() > new_end.0 {
-                replica.high_watermark.reset(new_end.0);
+            FollowerAction::RestartAt(start) => {
+                tracing::warn!(topic = %key.topic, partition = key.partition, own_end, leader_log_start = start, "the leader's log starts past this replica's end; starting over there");
+                let done = replica
+                    .log
+                    .reset_to_if(Offset(start), &still_following)
+                    .await
+                    .map_err(|e| self.log_error(e))?;
+                if done {
+                    self.after_cut(key, replica, start);
+                }
+                Ok(())
             }
-            return Ok(());
+            FollowerAction::Append => {
+                self.append_fetched(replica, &fetched.records, &still_following)
+                    .await?;
+                if still_following() {
+                    let hw = crate::replication::follower::follower_high_watermark(
+                        fetched.high_watermark,
+                        replica.log.log_end_offset().0,
+                    );
+                    replica.high_watermark.set(hw);
+                }
+                Ok(())
+            }
         }
-        let mut rest: &[u8] = &fetched.records;
+    }
+
+    /// After a follower's log was cut (or restarted) so it ends at `new_end`:
+    /// the epoch history, cached batches and watermarks follow the log.
+    fn after_cut(&self, key: &PartitionKey, replica: &Replica, new_end: i64) {
+        self.cache.borrow_mut().remove_partition(key);
+        if replica.epochs.borrow_mut().truncate_to(new_end) {
+            if let Err(e) = replica.epochs.borrow().save(replica.log.dir()) {
+                self.metrics.on_storage_error();
+                tracing::warn!(error = %e, "saving the leader epoch history failed");
+            }
+        }
+        replica.log_end.set(new_end);
+        if replica.high_watermark.get() > new_end {
+            replica.high_watermark.reset(new_end);
+        }
+    }
+
+    /// Appends the batches a leader sent, each validated by the log.
+    async fn append_fetched(
+        &self,
+        replica: &Replica,
+        records: &[u8],
+        still_following: &dyn Fn() -> bool,
+    ) -> Result<(), OpError> {
+        let mut rest = records;
         while !rest.is_empty() {
-            if !still_following(replica) {
+            if !still_following() {
                 return Ok(());
             }
             // Only the header here, to find the batch's end; the log's append
@@ -1147,13 +1337,23 @@ impl Shard {
             if header.next_offset().0 <= replica.log.log_end_offset().0 {
                 continue;
             }
-            let info = replica.log.append_replica(bytes).await?;
+            let info = replica
+                .log
+                .append_replica(bytes)
+                .await
+                .map_err(|e| self.log_error(e))?;
             self.note_epoch(replica, header.partition_leader_epoch.0, info.base_offset.0);
             replica.log_end.advance(info.log_end_offset.0);
         }
-        let hw = fetched.high_watermark.min(replica.log.log_end_offset().0);
-        replica.high_watermark.advance(hw);
         Ok(())
+    }
+
+    /// A log error as the wire reports it, counted when it is the disk's fault.
+    fn log_error(&self, e: LogError) -> OpError {
+        if matches!(e, LogError::Io { .. } | LogError::Corrupt { .. }) {
+            self.metrics.on_storage_error();
+        }
+        e.into()
     }
 
     /// Moves a replica to the role the metadata gives it. A new leadership
@@ -1161,14 +1361,19 @@ impl Shard {
     /// followers afresh; a follower drops the leader state and is fetched for
     /// by `replication::fetcher`.
     fn set_role(&self, key: &PartitionKey, replica: &Replica, role: Role) {
+        use crate::replication::role::{role_change, RoleChange};
         let old = replica.role.borrow().clone();
-        if old == role {
-            return;
-        }
+        let new_leadership = match role_change(&old, &role) {
+            RoleChange::Unchanged => return,
+            RoleChange::Stale => {
+                tracing::debug!(topic = %key.topic, partition = key.partition, held_leader_epoch = old.leader_epoch, held_partition_epoch = old.partition_epoch, got_leader_epoch = role.leader_epoch, got_partition_epoch = role.partition_epoch, "ignoring an older role");
+                return;
+            }
+            RoleChange::Apply { new_leadership, .. } => new_leadership,
+        };
         if role.leader != old.leader || role.leader_epoch != old.leader_epoch {
             tracing::info!(topic = %key.topic, partition = key.partition, leader = role.leader, leader_epoch = role.leader_epoch, isr = ?role.isr, "replica role changed");
         }
-        let new_leadership = role.leader && (!old.leader || role.leader_epoch != old.leader_epoch);
         *replica.role.borrow_mut() = role.clone();
         if new_leadership {
             let end = replica.log.log_end_offset().0;
@@ -1185,6 +1390,7 @@ impl Shard {
         } else if !role.leader {
             *replica.leader_state.borrow_mut() = None;
         }
+        replica.role_version.advance(replica.role_version.get() + 1);
         self.update_high_watermark(replica);
     }
 
@@ -1256,6 +1462,15 @@ impl Shard {
         let Some(new_isr) = desired else {
             return;
         };
+        let new_isr_epochs = replica
+            .leader_state
+            .borrow()
+            .as_ref()
+            .map(|s| s.member_epochs(&new_isr, self.broker_epoch.get()))
+            .unwrap_or_default()
+            .into_iter()
+            .map(controller::BrokerEpoch)
+            .collect();
         let request = controller::messages::AlterIsr {
             leader_id: self.broker_id(),
             topic_id: controller::TopicId(replica.topic_id),
@@ -1265,6 +1480,7 @@ impl Shard {
             leader_epoch: controller::LeaderEpoch(role.leader_epoch),
             partition_epoch: controller::PartitionEpoch(role.partition_epoch),
             new_isr: new_isr.iter().map(|&b| BrokerId(b)).collect(),
+            new_isr_epochs,
         };
         tracing::info!(topic = %key.topic, partition = key.partition, from = ?role.isr, to = ?new_isr, "asking to change the ISR");
         replica.alter_isr_in_flight.set(true);
@@ -1273,17 +1489,17 @@ impl Shard {
             let reply = shard.call(METADATA_SHARD, ShardOp::AlterIsr(request)).await;
             match reply {
                 ShardReply::AlterIsr(Ok((isr, partition_epoch))) => {
+                    // The controller's answer may arrive after a delta that
+                    // already carried this change, or a newer one:
+                    // `set_role` applies it only if it is the newest.
                     let current = replica.role.borrow().clone();
-                    if current.leader
-                        && current.leader_epoch == role.leader_epoch
-                        && current.partition_epoch <= partition_epoch
-                    {
-                        *replica.role.borrow_mut() = Role {
+                    if current.leader && current.leader_epoch == role.leader_epoch {
+                        let next = Role {
                             isr,
                             partition_epoch,
                             ..current
                         };
-                        shard.update_high_watermark(&replica);
+                        shard.set_role(&key, &replica, next);
                     }
                 }
                 ShardReply::AlterIsr(Err(e)) => {
@@ -1330,6 +1546,9 @@ impl Shard {
                     self.metrics.on_storage_error();
                     tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "log maintenance failed");
                 }
+                // Write-behind and syncs move the leader's stable offset, and
+                // with it the high watermark (acks=0 writes wait for nothing).
+                self.update_high_watermark(&replica);
                 if retention_due {
                     // Never past the high watermark: followers may still need it.
                     let limit = Offset(
@@ -1395,6 +1614,37 @@ fn merge_outcomes(outcomes: &mut [TopicOutcome], forwarded: Vec<TopicOutcome>) {
             .find(|o| o.name == answer.name && o.error.is_none())
         {
             slot.error = answer.error;
+        }
+    }
+}
+
+/// A mesh request in flight; dropped before its answer came, it forgets the
+/// request and, for a fetch long poll, tells the other shard to stop waiting.
+struct PendingCall<'a> {
+    shard: &'a Rc<Shard>,
+    to: usize,
+    id: u64,
+    cancel_on_drop: bool,
+    answered: bool,
+}
+
+impl Drop for PendingCall<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        self.shard.pending.borrow_mut().remove(&self.id);
+        if self.cancel_on_drop {
+            let (shard, to, id) = (self.shard.clone(), self.to, self.id);
+            runtime::spawn(async move {
+                let cancel = MeshMessage {
+                    from: shard.id,
+                    id,
+                    body: MeshBody::Cancel,
+                };
+                let _ = shard.mesh.send(to, cancel).await;
+            })
+            .detach();
         }
     }
 }

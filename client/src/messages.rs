@@ -377,6 +377,7 @@ pub fn fetch_request(
         &mut fbb,
         &wire::FetchRequestArgs {
             replica_id: -1,
+            replica_epoch: -1,
             max_wait_ms,
             min_bytes,
             max_bytes,

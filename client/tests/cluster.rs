@@ -106,6 +106,14 @@ impl Brokers {
     }
 }
 
+impl Drop for Brokers {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("broker logs at the failure:\n{}", self.logs());
+        }
+    }
+}
+
 /// (leader, leader epoch, isr) per partition.
 type Leaders = BTreeMap<i32, (i32, i32, Vec<i32>)>;
 
@@ -127,7 +135,13 @@ async fn metadata_from(bootstrap: &str) -> Option<std::sync::Arc<ClusterMetadata
         metadata_attempts_max: 1,
         ..ClientConfig::default()
     };
-    let cluster = Cluster::connect(bootstrap, config).await.ok()?;
+    let cluster = match Cluster::connect(bootstrap, config).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("metadata from {bootstrap}: {e}");
+            return None;
+        }
+    };
     Some(cluster.metadata())
 }
 
@@ -211,11 +225,27 @@ async fn create_topic(bootstrap: &str, topic: &str, configs: &[(String, String)]
     let admin = Admin::connect(bootstrap, ClientConfig::default())
         .await
         .unwrap();
-    admin
-        .create_topic(topic, PARTITIONS, 3, configs)
-        .await
-        .unwrap_or_else(|e| panic!("create {topic}: {e}"));
-    leaders(&metadata_from(bootstrap).await.unwrap(), topic)
+    // A broker just restarted or resumed is unfenced a moment after it
+    // caught up; until then three replicas cannot be placed.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match admin.create_topic(topic, PARTITIONS, 3, configs).await {
+            Ok(()) => break,
+            Err(client::ClientError::Broker {
+                code: protocol::ErrorCode::InvalidReplicationFactor,
+                ..
+            }) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("create {topic}: {e}"),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(metadata) = metadata_from(bootstrap).await {
+            return leaders(&metadata, topic);
+        }
+        assert!(Instant::now() < deadline, "no metadata from {bootstrap}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Polls the metadata `bootstrap` answers for `topic` until `done` holds and
@@ -611,12 +641,21 @@ fn three_controllers_three_brokers_fail_over() {
             "controller {leader} killed; topic created via controller {new_leader} after {} ms",
             killed_at.elapsed().as_millis()
         );
-        let metadata = metadata_from(&brokers.bootstrap(2)).await.unwrap();
-        assert_eq!(
-            metadata
-                .topic("after-failover")
-                .map(|t| t.partition_count()),
-            Some(2)
-        );
+        // Broker 2 follows the new controller leader too, a moment later.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let count = metadata_from(&brokers.bootstrap(2))
+                .await
+                .and_then(|m| m.topic("after-failover").map(|t| t.partition_count()));
+            if count == Some(2) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "broker 2 never showed after-failover: {count:?}\n{}",
+                brokers.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     });
 }

@@ -20,6 +20,10 @@ pub enum Command {
         endpoints: BrokerEndpoints,
         now_ms: u64,
         session_timeout_ms: u64,
+        /// The registering process; 0 from a broker that predates it (every
+        /// registration is then a new incarnation).
+        #[serde(default)]
+        incarnation_id: u64,
     },
     /// Moves the broker's session deadline to `now_ms + session_timeout_ms`.
     BrokerHeartbeat {
@@ -60,6 +64,10 @@ pub enum Command {
         leader_epoch: LeaderEpoch,
         partition_epoch: PartitionEpoch,
         new_isr: Vec<BrokerId>,
+        /// Broker epochs of `new_isr`'s members as the leader saw them; empty
+        /// skips the check (a leader that predates it).
+        #[serde(default)]
+        new_isr_epochs: Vec<BrokerEpoch>,
     },
 }
 
@@ -169,4 +177,12 @@ pub enum CommandError {
     IsrIneligible(BrokerId),
     #[error("new ISR lists broker {0} twice")]
     IsrDuplicate(BrokerId),
+    #[error(
+        "ISR member {broker_id} fetched at broker epoch {got}; its current epoch is {current}"
+    )]
+    IsrStaleBrokerEpoch {
+        broker_id: BrokerId,
+        current: BrokerEpoch,
+        got: BrokerEpoch,
+    },
 }

@@ -43,6 +43,9 @@ impl ApiFailure {
 pub struct RegisterBroker {
     pub broker_id: BrokerId,
     pub endpoints: BrokerEndpoints,
+    /// Random per broker process: the same incarnation registering again
+    /// keeps its epoch.
+    pub incarnation_id: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +143,9 @@ pub struct AlterIsr {
     pub leader_epoch: LeaderEpoch,
     pub partition_epoch: PartitionEpoch,
     pub new_isr: Vec<BrokerId>,
+    /// The broker epoch the leader saw each member of `new_isr` fetch with,
+    /// in the same order; empty when the sender does not know them.
+    pub new_isr_epochs: Vec<BrokerEpoch>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

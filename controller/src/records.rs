@@ -30,6 +30,9 @@ pub struct BrokerRecord {
     /// The broker is fenced by `FenceExpiredBrokers { now_ms }` once `now_ms` reaches
     /// this deadline without a heartbeat having moved it.
     pub session_deadline_ms: u64,
+    /// The process that holds this registration (see `RegisterBroker`).
+    #[serde(default)]
+    pub incarnation_id: u64,
 }
 
 impl BrokerRecord {

@@ -144,6 +144,7 @@ impl ControllerService {
             endpoints: request.endpoints,
             now_ms: wall_clock_ms(),
             session_timeout_ms: self.inner.session_timeout_ms,
+            incarnation_id: request.incarnation_id,
         };
         match self.propose(command).await {
             Ok(Outcome::BrokerRegistered { broker_epoch }) => {
@@ -266,6 +267,7 @@ impl ControllerService {
             leader_epoch: request.leader_epoch,
             partition_epoch: request.partition_epoch,
             new_isr: request.new_isr,
+            new_isr_epochs: request.new_isr_epochs,
         };
         match self.propose(command).await {
             Ok(Outcome::IsrAltered { partition }) => {
@@ -422,6 +424,7 @@ fn error_code(error: &CommandError) -> ErrorCode {
         | CommandError::IsrMissingLeader(_)
         | CommandError::IsrNotReplica(_)
         | CommandError::IsrIneligible(_)
-        | CommandError::IsrDuplicate(_) => ErrorCode::InvalidRequest,
+        | CommandError::IsrDuplicate(_)
+        | CommandError::IsrStaleBrokerEpoch { .. } => ErrorCode::InvalidRequest,
     }
 }

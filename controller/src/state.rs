@@ -107,11 +107,15 @@ impl ClusterState {
                 endpoints,
                 now_ms,
                 session_timeout_ms,
+                incarnation_id,
             } => self.register_broker(
-                *broker_id,
-                endpoints,
-                *now_ms,
-                *session_timeout_ms,
+                Registration {
+                    broker_id: *broker_id,
+                    endpoints,
+                    now_ms: *now_ms,
+                    session_timeout_ms: *session_timeout_ms,
+                    incarnation_id: *incarnation_id,
+                },
                 version,
                 &mut deltas,
             ),
@@ -149,13 +153,20 @@ impl ClusterState {
                 leader_epoch,
                 partition_epoch,
                 new_isr,
+                new_isr_epochs,
             } => {
                 let expected = IsrExpectation {
                     leader_id: *leader_id,
                     leader_epoch: *leader_epoch,
                     partition_epoch: *partition_epoch,
                 };
-                self.alter_isr(*topic_id, *partition, expected, new_isr, &mut deltas)
+                self.alter_isr(
+                    *topic_id,
+                    *partition,
+                    expected,
+                    (new_isr, new_isr_epochs),
+                    &mut deltas,
+                )
             }
         };
         if !deltas.is_empty() {
@@ -244,13 +255,17 @@ impl ClusterState {
 
     fn register_broker(
         &mut self,
-        broker_id: BrokerId,
-        endpoints: &BrokerEndpoints,
-        now_ms: u64,
-        session_timeout_ms: u64,
+        registration: Registration<'_>,
         version: MetadataVersion,
         deltas: &mut Vec<Delta>,
     ) -> Result<Outcome, CommandError> {
+        let Registration {
+            broker_id,
+            endpoints,
+            now_ms,
+            session_timeout_ms,
+            incarnation_id,
+        } = registration;
         validate::endpoints(endpoints, &self.limits)?;
         let (min, max) = (
             self.limits.session_timeout_ms_min,
@@ -262,6 +277,23 @@ impl ClusterState {
                 min,
                 max,
             });
+        }
+        if let Some(previous) = self.brokers.get_mut(&broker_id) {
+            // The same process asking again (its answer was lost, or it
+            // follows a new controller leader): keep its epoch, fence nothing,
+            // give it a fresh session.
+            if incarnation_id != 0
+                && previous.incarnation_id == incarnation_id
+                && previous.endpoints == *endpoints
+            {
+                previous.session_timeout_ms = session_timeout_ms;
+                previous.session_deadline_ms = previous
+                    .session_deadline_ms
+                    .max(now_ms.saturating_add(session_timeout_ms));
+                return Ok(Outcome::BrokerRegistered {
+                    broker_epoch: previous.epoch,
+                });
+            }
         }
         match self.brokers.get(&broker_id) {
             Some(previous) if previous.shard_count() != endpoints.shards.len() => {
@@ -286,6 +318,7 @@ impl ClusterState {
             fenced: true,
             session_timeout_ms,
             session_deadline_ms: now_ms.saturating_add(session_timeout_ms),
+            incarnation_id,
         };
         deltas.push(Delta::BrokerRegistered(record.clone()));
         self.brokers.insert(broker_id, record);
@@ -553,7 +586,7 @@ impl ClusterState {
         topic_id: TopicId,
         index: PartitionIndex,
         expected: IsrExpectation,
-        new_isr: &[BrokerId],
+        (new_isr, new_isr_epochs): (&[BrokerId], &[BrokerEpoch]),
         deltas: &mut Vec<Delta>,
     ) -> Result<Outcome, CommandError> {
         let topic = self
@@ -587,6 +620,24 @@ impl ClusterState {
             });
         }
         let isr = checked_isr(partition, expected.leader_id, new_isr, &self.brokers)?;
+        // KIP-903: a member that registered again since the leader saw it
+        // fetch may have lost what it had fetched; it rejoins only on progress
+        // made by its current incarnation.
+        for (member, epoch) in new_isr.iter().zip(new_isr_epochs) {
+            // 0: the leader has not seen this member fetch yet; it may only
+            // stay, not join.
+            if epoch.0 == 0 && partition.isr.contains(member) {
+                continue;
+            }
+            let current = self.brokers.get(member).map(|b| b.epoch);
+            if current != Some(*epoch) {
+                return Err(CommandError::IsrStaleBrokerEpoch {
+                    broker_id: *member,
+                    current: current.unwrap_or(BrokerEpoch(0)),
+                    got: *epoch,
+                });
+            }
+        }
         let leader = partition.leader;
         if change_partition(partition, leader, isr) {
             deltas.push(partition_delta(topic_id, index.0 as usize, partition));
@@ -748,6 +799,15 @@ fn elect_leader(
             .map(|leader| (leader, vec![leader]));
     }
     None
+}
+
+/// A `RegisterBroker` command's fields.
+struct Registration<'a> {
+    broker_id: BrokerId,
+    endpoints: &'a BrokerEndpoints,
+    now_ms: u64,
+    session_timeout_ms: u64,
+    incarnation_id: u64,
 }
 
 /// Validates a proposed ISR and returns it sorted.

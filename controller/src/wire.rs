@@ -445,6 +445,7 @@ pub fn encode_register_broker_request(request: &RegisterBroker) -> Vec<u8> {
         &wire::RegisterBrokerRequestArgs {
             broker_id: request.broker_id.0,
             endpoints: Some(endpoints),
+            incarnation_id: request.incarnation_id,
         },
     );
     finish(fbb, root)
@@ -455,6 +456,7 @@ pub fn decode_register_broker_request(body: &[u8]) -> Result<RegisterBroker, Wir
     Ok(RegisterBroker {
         broker_id: BrokerId(r.broker_id()),
         endpoints: decode_endpoints(r.endpoints())?,
+        incarnation_id: r.incarnation_id(),
     })
 }
 
@@ -637,6 +639,8 @@ pub fn encode_alter_isr_request(request: &AlterIsr) -> Vec<u8> {
     let mut fbb = Fbb::new();
     let isr: Vec<u32> = request.new_isr.iter().map(|b| b.0).collect();
     let new_isr = fbb.create_vector(&isr);
+    let epochs: Vec<u64> = request.new_isr_epochs.iter().map(|e| e.0).collect();
+    let new_isr_epochs = fbb.create_vector(&epochs);
     let root = wire::AlterIsrRequest::create(
         &mut fbb,
         &wire::AlterIsrRequestArgs {
@@ -646,6 +650,7 @@ pub fn encode_alter_isr_request(request: &AlterIsr) -> Vec<u8> {
             leader_epoch: request.leader_epoch.0,
             partition_epoch: request.partition_epoch.0,
             new_isr: Some(new_isr),
+            new_isr_epochs: Some(new_isr_epochs),
         },
     );
     finish(fbb, root)
@@ -655,6 +660,16 @@ pub fn decode_alter_isr_request(body: &[u8]) -> Result<AlterIsr, WireError> {
     let r = flatbuffers::root::<wire::AlterIsrRequest>(body)?;
     let isr = r.new_isr().ok_or(WireError::Missing("new_isr"))?;
     bounded("new_isr", isr.len(), ISR_ENTRIES_MAX)?;
+    let epochs: Vec<BrokerEpoch> = r
+        .new_isr_epochs()
+        .map(|e| e.iter().map(BrokerEpoch).collect())
+        .unwrap_or_default();
+    if !epochs.is_empty() && epochs.len() != isr.len() {
+        return Err(WireError::OutOfRange {
+            field: "new_isr_epochs",
+            value: epochs.len() as i64,
+        });
+    }
     Ok(AlterIsr {
         leader_id: BrokerId(r.leader_id()),
         topic_id: TopicId(r.topic_id()),
@@ -662,6 +677,7 @@ pub fn decode_alter_isr_request(body: &[u8]) -> Result<AlterIsr, WireError> {
         leader_epoch: LeaderEpoch(r.leader_epoch()),
         partition_epoch: PartitionEpoch(r.partition_epoch()),
         new_isr: isr.iter().map(BrokerId).collect(),
+        new_isr_epochs: epochs,
     })
 }
 
@@ -985,6 +1001,7 @@ mod tests {
                 },
                 now_ms: 0,
                 session_timeout_ms: 1_000,
+                incarnation_id: 0,
             });
             let Ok(crate::Outcome::BrokerRegistered { broker_epoch }) = reply.result else {
                 panic!("{reply:?}");
@@ -1087,6 +1104,7 @@ mod tests {
             leader_epoch: LeaderEpoch(4),
             partition_epoch: PartitionEpoch(7),
             new_isr: vec![BrokerId(1), BrokerId(2)],
+            new_isr_epochs: vec![BrokerEpoch(11), BrokerEpoch(12)],
         };
         let decoded = decode_alter_isr_request(&encode_alter_isr_request(&request)).unwrap();
         assert_eq!(decoded, request);

@@ -28,10 +28,13 @@ pub enum ErrorCode {
     /// The request reached a controller that is not the Raft leader; the
     /// response names the leader's endpoint when known.
     NotController = 21,
+    /// acks=all: the records reached every in-sync replica, but the ISR had
+    /// shrunk below `min.insync.replicas` by then; not acknowledged.
+    NotEnoughReplicasAfterAppend = 22,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 22] = [
+    const ALL: [ErrorCode; 23] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -54,6 +57,7 @@ impl ErrorCode {
         ErrorCode::ShuttingDown,
         ErrorCode::PolicyViolation,
         ErrorCode::NotController,
+        ErrorCode::NotEnoughReplicasAfterAppend,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -79,6 +83,7 @@ impl ErrorCode {
             ErrorCode::NotLeaderOrFollower
                 | ErrorCode::RequestTimedOut
                 | ErrorCode::NotEnoughReplicas
+                | ErrorCode::NotEnoughReplicasAfterAppend
                 | ErrorCode::UnknownTopicOrPartition
                 | ErrorCode::ShuttingDown
                 | ErrorCode::StorageError
@@ -110,6 +115,7 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::PolicyViolation => "POLICY_VIOLATION",
             ErrorCode::NotController => "NOT_CONTROLLER",
+            ErrorCode::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
         }
     }
 }

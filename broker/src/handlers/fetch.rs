@@ -90,6 +90,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
                 .ok()
                 .map(|broker_id| ReplicaFetch {
                     broker_id,
+                    broker_epoch: request.replica_epoch(),
                     current_leader_epoch: partition.current_leader_epoch(),
                     last_fetched_epoch: partition.last_fetched_epoch(),
                 });
@@ -148,7 +149,7 @@ async fn wait_for_data(
     let arrived: Rc<RefCell<Vec<(usize, FetchOutcome)>>> = Rc::default();
     let bytes = Rc::new(Watermark::new(0));
     let finished = Rc::new(Cell::new(0usize));
-    let mut waiting = 0;
+    let mut tasks = Vec::new();
     for (i, w) in wanted.iter().enumerate() {
         if !outcomes[i].records.is_empty()
             || outcomes[i].error.is_some()
@@ -156,7 +157,6 @@ async fn wait_for_data(
         {
             continue;
         }
-        waiting += 1;
         let wait_ms = deadline
             .saturating_duration_since(Instant::now())
             .as_millis() as u64;
@@ -168,21 +168,20 @@ async fn wait_for_data(
             finished.clone(),
         );
         let (offset, max_bytes, replica) = (w.offset, w.max_bytes, w.replica);
-        runtime::spawn(async move {
+        tasks.push(runtime::spawn(async move {
             let outcome = fetch_one(shard, key, offset, max_bytes, wait_ms, replica).await;
             let got = outcome.records.len() as i64;
             arrived.borrow_mut().push((i, outcome));
             finished.set(finished.get() + 1);
             // Waking with +1 even for empty results lets the handler notice that all finished.
             bytes.advance(bytes.get() + got.max(1));
-        })
-        .detach();
+        }));
     }
     let already: usize = outcomes.iter().map(|o| o.records.len()).sum();
     let need = min_bytes.saturating_sub(already) as i64;
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        if finished.get() == waiting || remaining.is_zero() {
+        if finished.get() == tasks.len() || remaining.is_zero() {
             break;
         }
         let target = bytes.get() + 1;
@@ -191,6 +190,11 @@ async fn wait_for_data(
         if got as i64 >= need {
             break;
         }
+    }
+    // The response goes now: partitions still waiting stop (on other shards
+    // too, through the mesh) instead of holding their waits to the deadline.
+    for task in tasks {
+        task.cancel().await;
     }
     for (i, outcome) in arrived.borrow_mut().drain(..) {
         outcomes[i] = outcome;
@@ -272,6 +276,7 @@ pub struct ReplicaFetchPartition {
 /// The body of a follower's fetch (`replica_id` = its broker id).
 pub fn encode_replica_fetch(
     replica_id: u32,
+    replica_epoch: i64,
     max_wait_ms: i32,
     partition_bytes_max: i32,
     partitions: &[ReplicaFetchPartition],
@@ -313,6 +318,7 @@ pub fn encode_replica_fetch(
         &mut fbb,
         &wire::FetchRequestArgs {
             replica_id: i32::try_from(replica_id).unwrap_or(i32::MAX),
+            replica_epoch,
             max_wait_ms,
             min_bytes: 1,
             max_bytes: partition_bytes_max.saturating_mul(16),
@@ -327,6 +333,7 @@ pub fn encode_replica_fetch(
 pub struct FetchedPartition {
     pub error: ErrorCode,
     pub high_watermark: i64,
+    pub log_start_offset: i64,
     pub log_end_offset: i64,
     pub diverging: Option<(i32, i64)>,
     pub records: bytes::Bytes,
@@ -362,6 +369,7 @@ pub fn decode_fetch_response(
                 FetchedPartition {
                     error: ErrorCode::from_u16(p.error_code()),
                     high_watermark: p.high_watermark(),
+                    log_start_offset: p.log_start_offset(),
                     log_end_offset: p.log_end_offset(),
                     diverging,
                     records,

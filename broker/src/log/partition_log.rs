@@ -319,6 +319,11 @@ impl PartitionLog {
             self.write_out(false).await?;
         }
         let now_ms = self.clock.now_ms();
+        if self.generation.get() % 2 == 1 {
+            // A truncation is changing the files: this replica was a follower
+            // a moment ago and its log end is about to move.
+            return Err(LogError::Changed);
+        }
         let mut state = self.state.borrow_mut();
         if state.closed {
             return Err(LogError::Closed);
@@ -457,10 +462,14 @@ impl PartitionLog {
             (state.last_sync_ms, state.unwritten_bytes() > 0)
         };
         let _gate = self.io_gate.enter().await;
+        let unsynced = self.durable.get() < self.log_end_offset().0;
         match self.config.flush_policy {
             FlushPolicy::IntervalMs(ms) if now_ms - last_sync_ms >= ms as i64 => {
                 self.write_out(true).await?
             }
+            // Under `always`, records nobody waited for (acks=0, a follower's)
+            // are synced here, promptly, like everything else.
+            FlushPolicy::Always if unsynced => self.write_out(true).await?,
             _ if has_unwritten => self.write_out(false).await?,
             _ => {}
         }
@@ -972,10 +981,23 @@ impl PartitionLog {
     /// batch holding it) so the log ends there. Used by replication to cut a
     /// divergent suffix.
     pub async fn truncate_to(&self, offset: Offset) -> LogResult<Offset> {
+        let cut = self.truncate_to_if(offset, &|| true).await?;
+        Ok(cut.expect("an unconditional truncation happens"))
+    }
+
+    /// `truncate_to`, if `still_wanted` holds once every write before the
+    /// cut is done, just before the first file changes: the caller's reason
+    /// (say, being a follower) may have ended while this waited. `None` when
+    /// it no longer held and nothing was cut.
+    pub async fn truncate_to_if(
+        &self,
+        offset: Offset,
+        still_wanted: &dyn Fn() -> bool,
+    ) -> LogResult<Option<Offset>> {
         let _gate = self.io_gate.enter().await;
         let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
         if offset >= log_end {
-            return Ok(log_end);
+            return Ok(Some(log_end));
         }
         if offset < log_start {
             return Err(LogError::OffsetOutOfRange {
@@ -1012,7 +1034,11 @@ impl PartitionLog {
                 break;
             }
         }
-        // Odd while the files and the state disagree: reads started now retry.
+        if !still_wanted() {
+            return Ok(None);
+        }
+        // Odd while the files and the state disagree: reads started now retry
+        // and appends are refused.
         self.generation.set(self.generation.get() + 1);
         let cut_result = self.cut_at(index, base, &file, cut).await;
         self.generation.set(self.generation.get() + 1);
@@ -1027,7 +1053,7 @@ impl PartitionLog {
             self.persist_recovery_point(new_end)?;
         }
         self.check_invariants();
-        Ok(new_end)
+        Ok(Some(new_end))
     }
 
     /// The destructive part of `truncate_to`: drops the segments after
@@ -1067,6 +1093,72 @@ impl PartitionLog {
             state.latest_epoch = latest_epoch;
         }
         Ok(new_end)
+    }
+
+    /// Drops every record and starts the log empty at `offset`: a follower
+    /// whose leader's log now starts past this log's end. The new segment's
+    /// file exists before the old ones go, so a restart at any point finds
+    /// either the old log or the new start.
+    pub async fn reset_to(&self, offset: Offset) -> LogResult<()> {
+        let done = self.reset_to_if(offset, &|| true).await?;
+        assert!(done, "an unconditional reset happens");
+        Ok(())
+    }
+
+    /// `reset_to`, if `still_wanted` holds once the gate is held; returns
+    /// whether it happened.
+    pub async fn reset_to_if(
+        &self,
+        offset: Offset,
+        still_wanted: &dyn Fn() -> bool,
+    ) -> LogResult<bool> {
+        let _gate = self.io_gate.enter().await;
+        if !still_wanted() {
+            return Ok(false);
+        }
+        self.generation.set(self.generation.get() + 1);
+        let result = self.replace_all_with_empty(offset).await;
+        self.generation.set(self.generation.get() + 1);
+        result?;
+        self.check_invariants();
+        Ok(true)
+    }
+
+    async fn replace_all_with_empty(&self, offset: Offset) -> LogResult<()> {
+        let path = segment_path(&self.dir, offset, LOG_SUFFIX);
+        // A segment of that base left over from before would hold other bytes.
+        remove_if_exists(&path)?;
+        let file = DirectFile::create_new(&path)
+            .await
+            .map_err(|e| LogError::io(&path, e))?;
+        let removed: Vec<Segment> = {
+            let mut state = self.state.borrow_mut();
+            let removed = state.segments.drain(..).collect();
+            let mut fresh = Segment::new_active(
+                offset,
+                self.clock.now_ms(),
+                self.config.write_chunk_bytes,
+                self.config.index_interval_bytes,
+            );
+            fresh.file = Some(file);
+            state.segments.push_back(fresh);
+            state.latest_epoch = LeaderEpoch(0);
+            removed
+        };
+        for segment in removed.iter().filter(|s| s.base != offset) {
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                remove_if_exists(&segment_path(&self.dir, segment.base, suffix))?;
+            }
+        }
+        checkpoint::sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
+        for mark in [&self.written, &self.durable] {
+            mark.set(offset.0);
+        }
+        {
+            let mut state = self.state.borrow_mut();
+            state.recovery_point = Offset(state.recovery_point.0.min(offset.0));
+        }
+        self.persist_recovery_point(offset)
     }
 
     fn scan_error(&self, base: Offset, error: super::scan::ScanError) -> LogError {

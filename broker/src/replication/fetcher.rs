@@ -1,7 +1,14 @@
 //! A follower's fetch loop towards one leader shard endpoint: one task per
 //! endpoint per shard, fetching every partition this shard follows there in
-//! one request (`replica_id` = this broker), applying what comes back, and
-//! ending when no partition here follows that endpoint any more.
+//! one request (`replica_id` = this broker, with its broker epoch), applying
+//! what comes back, and ending when no partition here follows that endpoint
+//! any more.
+//!
+//! A follower fetches from its log end only once everything below it is
+//! stable under its flush policy (written to the file, or synced under
+//! `always`): the leader counts a fetch offset as held by this replica, and
+//! the high watermark, hence acks=all, relies on it. So a kill -9 of every
+//! broker at once cannot lose an acknowledged record.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -26,10 +33,13 @@ pub const FOLLOWER_REQUEST_MS_MAX: u64 = 5_000;
 /// Pause after a failed fetch or a partition-level error.
 pub const FOLLOWER_BACKOFF_MS: u64 = 100;
 
-/// What a follower applies for one partition.
-#[derive(Clone, Debug, Default)]
+/// What a follower applies for one partition: its leader's answer.
+#[derive(Clone, Debug)]
 pub struct Fetched {
+    pub error: ErrorCode,
     pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
     pub diverging: Option<(i32, i64)>,
     pub records: Bytes,
 }
@@ -58,6 +68,11 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
                 }
             }
         }
+        let followers = make_stable(&shard, followers).await;
+        if followers.is_empty() {
+            runtime::sleep(Duration::from_millis(FOLLOWER_BACKOFF_MS)).await;
+            continue;
+        }
         let partitions: Vec<ReplicaFetchPartition> = followers
             .iter()
             .map(|(key, replica, epoch)| ReplicaFetchPartition {
@@ -69,6 +84,7 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
             .collect();
         let body = encode_replica_fetch(
             me,
+            i64::try_from(shard.broker_epoch.get()).unwrap_or(-1),
             FOLLOWER_FETCH_WAIT_MS,
             FOLLOWER_PARTITION_BYTES_MAX,
             &partitions,
@@ -101,18 +117,16 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
             let Some(result) = results.get(key) else {
                 continue;
             };
-            if result.error != ErrorCode::None {
-                tracing::debug!(leader = %endpoint, topic = %key.topic, partition = key.partition, error = %result.error, "leader refused a follower fetch");
-                trouble = true;
-                continue;
-            }
             let fetched = Fetched {
+                error: result.error,
                 high_watermark: result.high_watermark,
+                log_start_offset: result.log_start_offset,
+                log_end_offset: result.log_end_offset,
                 diverging: result.diverging,
                 records: result.records.clone(),
             };
             if let Err(e) = shard.apply_fetched(key, replica, *epoch, fetched).await {
-                tracing::warn!(topic = %key.topic, partition = key.partition, error = %e.message, "applying fetched records failed");
+                tracing::debug!(leader = %endpoint, topic = %key.topic, partition = key.partition, error = %e.message, "follower fetch not applied");
                 trouble = true;
             }
         }
@@ -122,3 +136,33 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
     }
     shard.fetchers.borrow_mut().remove(&endpoint);
 }
+
+/// Makes every follower's log stable up to its end before it fetches again
+/// (the fetch offset tells the leader what this replica holds). A replica
+/// whose log cannot be made stable (a full or failing disk) sits this round
+/// out instead of claiming records it may lose.
+async fn make_stable(shard: &Rc<Shard>, followers: Vec<Follower>) -> Vec<Follower> {
+    let waits: Vec<_> = followers
+        .iter()
+        .map(|(_, replica, _)| {
+            let replica = replica.clone();
+            runtime::spawn(async move {
+                let end = replica.log.log_end_offset();
+                replica.log.wait_for_ack(end).await
+            })
+        })
+        .collect();
+    let mut stable = Vec::with_capacity(followers.len());
+    for (follower, wait) in followers.into_iter().zip(waits) {
+        match wait.await {
+            Ok(()) => stable.push(follower),
+            Err(e) => {
+                shard.metrics.on_storage_error();
+                tracing::warn!(topic = %follower.0.topic, partition = follower.0.partition, error = %e, "follower log not stable; not fetching for it");
+            }
+        }
+    }
+    stable
+}
+
+type Follower = (crate::shard::PartitionKey, Rc<crate::shard::Replica>, i32);

@@ -1,15 +1,97 @@
-//! A partition leader's view of its followers: how far each has fetched,
-//! when each was last caught up, the high watermark that follows from the
-//! ISR, and which ISR change to ask the controller for. Pure: time comes in
-//! as milliseconds, nothing here does I/O.
+//! A partition leader's view of its followers: whether a follower's fetch may
+//! be served (or where its log diverges), how far each follower has fetched
+//! (by broker epoch, so a restarted follower starts over), when each was last
+//! caught up, the high watermark that follows from the ISR, and which ISR
+//! change to ask the controller for. Pure: time comes in as milliseconds,
+//! nothing here does I/O.
+//!
+//! A follower fetches from its log end only once everything below it is
+//! stable on its disk (see `fetcher`), and the leader counts its own records
+//! only up to its own stable offset; so the high watermark, the minimum over
+//! the ISR, passes a record only once every in-sync replica holds it stably.
 
 use std::collections::BTreeMap;
+
+use protocol::ErrorCode;
+
+use super::epochs::EpochHistory;
+
+/// What a follower says about itself when it fetches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowerFetch {
+    pub broker_id: u32,
+    /// The follower's registration with the controller; -1 when unknown.
+    pub broker_epoch: i64,
+    pub current_leader_epoch: i32,
+    pub last_fetched_epoch: i32,
+}
+
+/// The leader's answer to a follower's fetch, before any record is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FollowerFetchCheck {
+    Serve,
+    Refuse(ErrorCode, String),
+    /// The follower's log parts from the leader's: epoch `epoch` ends at
+    /// `end_offset` here, and the follower cuts its log there first.
+    Diverging {
+        epoch: i32,
+        end_offset: i64,
+    },
+}
+
+/// Whether a follower's fetch at `offset` may be served by this leader at
+/// `leader_epoch` whose log ends at `log_end` with epoch history `epochs`.
+pub fn check_follower_fetch(
+    leader_epoch: i32,
+    fetch: &FollowerFetch,
+    offset: i64,
+    epochs: &EpochHistory,
+    log_end: i64,
+) -> FollowerFetchCheck {
+    if fetch.current_leader_epoch != leader_epoch {
+        let code = if fetch.current_leader_epoch < leader_epoch {
+            ErrorCode::StaleLeaderEpoch
+        } else {
+            ErrorCode::NotLeaderOrFollower
+        };
+        return FollowerFetchCheck::Refuse(
+            code,
+            format!(
+                "follower at leader epoch {}, leader at {leader_epoch}",
+                fetch.current_leader_epoch
+            ),
+        );
+    }
+    if fetch.last_fetched_epoch >= 0 {
+        let (epoch, epoch_end) = epochs.end_offset_for(fetch.last_fetched_epoch, log_end);
+        if epoch_end < offset || epoch < fetch.last_fetched_epoch {
+            return FollowerFetchCheck::Diverging {
+                epoch,
+                end_offset: epoch_end,
+            };
+        }
+    }
+    FollowerFetchCheck::Serve
+}
+
+/// How a leader took a follower's fetch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchAccepted {
+    Accepted,
+    /// Not a replica of the partition.
+    NotReplica,
+    /// From an older incarnation of the follower than one already seen.
+    StaleBrokerEpoch,
+}
 
 /// One follower as its fetches show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Progress {
-    /// Every offset below this is on the follower. `None` until it fetches
-    /// from this leadership.
+    /// The broker epoch of the incarnation whose fetches these are; `None`
+    /// until it fetches from this leadership.
+    broker_epoch: Option<i64>,
+    /// Every offset below this is stable on the follower. `None` until its
+    /// current incarnation fetches from this leadership.
     log_end: Option<i64>,
     /// The leader's log end when this follower last fetched.
     leader_end_at_last_fetch: i64,
@@ -37,6 +119,7 @@ impl LeaderState {
                 (
                     r,
                     Progress {
+                        broker_epoch: None,
                         log_end: None,
                         leader_end_at_last_fetch: 0,
                         caught_up_ms: now_ms,
@@ -59,29 +142,48 @@ impl LeaderState {
         self.followers.get(&follower).and_then(|p| p.log_end)
     }
 
-    /// A fetch by `follower` at `fetch_offset` while the leader's log ends at
-    /// `leader_end`. Returns false for a broker that is not a follower.
+    /// A fetch by `follower` (its incarnation `broker_epoch`) at
+    /// `fetch_offset` while the leader's log ends at `leader_end`. A newer
+    /// incarnation starts over: what the old one had fetched may not have
+    /// survived its restart.
     pub fn on_fetch(
         &mut self,
         follower: u32,
+        broker_epoch: i64,
         fetch_offset: i64,
         leader_end: i64,
         now_ms: u64,
-    ) -> bool {
+    ) -> FetchAccepted {
         let Some(progress) = self.followers.get_mut(&follower) else {
-            return false;
+            return FetchAccepted::NotReplica;
         };
+        match progress.broker_epoch {
+            Some(seen) if broker_epoch < seen => return FetchAccepted::StaleBrokerEpoch,
+            Some(seen) if broker_epoch > seen => {
+                progress.log_end = None;
+                progress.leader_end_at_last_fetch = 0;
+            }
+            _ => {}
+        }
+        progress.broker_epoch = Some(broker_epoch);
         if fetch_offset >= leader_end || fetch_offset >= progress.leader_end_at_last_fetch {
             progress.caught_up_ms = now_ms;
         }
         progress.log_end = Some(fetch_offset.min(leader_end));
         progress.leader_end_at_last_fetch = leader_end;
-        true
+        FetchAccepted::Accepted
     }
 
-    /// Moves the high watermark to the smallest log end among the ISR (the
-    /// leader's own included), never backwards. Returns the new value.
-    pub fn update_high_watermark(&mut self, isr: &[u32], leader_end: i64) -> i64 {
+    /// The broker epoch `follower` last fetched with in this leadership.
+    pub fn follower_broker_epoch(&self, follower: u32) -> Option<i64> {
+        self.followers.get(&follower).and_then(|p| p.broker_epoch)
+    }
+
+    /// Moves the high watermark to the smallest stable log end among the ISR
+    /// (the leader's own, `leader_stable_end`, included), never backwards.
+    /// Returns the new value.
+    pub fn update_high_watermark(&mut self, isr: &[u32], leader_stable_end: i64) -> i64 {
+        let leader_end = leader_stable_end;
         let mut low = leader_end;
         for member in isr.iter().filter(|&&m| m != self.me) {
             match self.followers.get(member).and_then(|p| p.log_end) {
@@ -90,7 +192,9 @@ impl LeaderState {
                 None => low = low.min(self.high_watermark),
             }
         }
-        self.high_watermark = self.high_watermark.max(low).min(leader_end);
+        // Never below what it was (a new leader starts from the watermark it
+        // knew), never above what the ISR holds stably.
+        self.high_watermark = self.high_watermark.max(low.min(leader_end));
         self.high_watermark
     }
 
@@ -129,6 +233,25 @@ impl LeaderState {
         current.sort_unstable();
         (next != current).then_some(next)
     }
+
+    /// The broker epochs to send with an ISR change to `members`: this
+    /// broker's own for itself, else the epoch each follower fetched with, or
+    /// 0 for one that has not fetched from this leadership (the controller
+    /// accepts that only for a member already in the ISR).
+    pub fn member_epochs(&self, members: &[u32], my_broker_epoch: u64) -> Vec<u64> {
+        members
+            .iter()
+            .map(|&m| {
+                if m == self.me {
+                    my_broker_epoch
+                } else {
+                    self.follower_broker_epoch(m)
+                        .and_then(|e| u64::try_from(e).ok())
+                        .unwrap_or(0)
+                }
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -141,9 +264,9 @@ mod tests {
         let isr = [1, 2, 3];
         // Followers have not fetched: nothing is committed past the start.
         assert_eq!(leader.update_high_watermark(&isr, 10), 0);
-        leader.on_fetch(2, 10, 10, 5);
+        leader.on_fetch(2, 1, 10, 10, 5);
         assert_eq!(leader.update_high_watermark(&isr, 10), 0, "3 holds it");
-        leader.on_fetch(3, 7, 10, 5);
+        leader.on_fetch(3, 1, 7, 10, 5);
         assert_eq!(leader.update_high_watermark(&isr, 10), 7);
         // Without 3 in the ISR the watermark follows 2 and the leader.
         assert_eq!(leader.update_high_watermark(&[1, 2], 10), 10);
@@ -152,7 +275,7 @@ mod tests {
         // Alone, the leader's log end is the watermark.
         assert_eq!(leader.update_high_watermark(&[1], 15), 15);
         // A fetch by a non-replica is not counted.
-        assert!(!leader.on_fetch(9, 100, 15, 6));
+        assert_eq!(leader.on_fetch(9, 1, 100, 15, 6), FetchAccepted::NotReplica);
     }
 
     #[test]
@@ -160,13 +283,13 @@ mod tests {
         let lag_max_ms = 1_000;
         let mut leader = LeaderState::new(1, &[1, 2, 3], 0, 0);
         let isr = vec![1, 2, 3];
-        leader.on_fetch(2, 0, 0, 100);
-        leader.on_fetch(3, 0, 0, 100);
+        leader.on_fetch(2, 1, 0, 0, 100);
+        leader.on_fetch(3, 1, 0, 0, 100);
         assert_eq!(leader.desired_isr(&isr, 0, 900, lag_max_ms), None);
         // 2 keeps fetching and keeps up while the leader appends; 3 stops.
         for t in 1..20u64 {
             let leader_end = (t * 10) as i64;
-            leader.on_fetch(2, leader_end - 10, leader_end, 100 + t * 100);
+            leader.on_fetch(2, 1, leader_end - 10, leader_end, 100 + t * 100);
         }
         assert_eq!(
             leader.desired_isr(&isr, 0, 2_000, lag_max_ms),
@@ -176,14 +299,96 @@ mod tests {
         let isr = vec![1, 2];
         leader.update_high_watermark(&isr, 190);
         // 3 returns but is behind the high watermark: not yet.
-        leader.on_fetch(3, 50, 190, 2_100);
+        leader.on_fetch(3, 1, 50, 190, 2_100);
         assert_eq!(leader.desired_isr(&isr, 0, 2_100, lag_max_ms), None);
-        leader.on_fetch(3, 190, 190, 2_200);
+        leader.on_fetch(3, 1, 190, 190, 2_200);
         assert_eq!(
             leader.desired_isr(&isr, 0, 2_200, lag_max_ms),
             Some(vec![1, 2, 3])
         );
         // Not before it reached the start of this leader's epoch.
         assert_eq!(leader.desired_isr(&isr, 500, 2_200, lag_max_ms), None);
+    }
+
+    /// KIP-903: a follower that restarted (a new broker epoch) starts over;
+    /// its earlier progress neither holds a place in the ISR nor lets it
+    /// rejoin, and fetches from its old incarnation are refused.
+    #[test]
+    fn a_restarted_follower_starts_over() {
+        let lag_max_ms = 1_000;
+        let mut leader = LeaderState::new(1, &[1, 2], 0, 0);
+        leader.on_fetch(2, 7, 100, 100, 10);
+        assert_eq!(leader.update_high_watermark(&[1, 2], 100), 100);
+        // 2 left the ISR (say it was fenced), then restarted with epoch 9.
+        assert_eq!(
+            leader.desired_isr(&[1], 0, 20, lag_max_ms),
+            Some(vec![1, 2]),
+            "caught up before the restart"
+        );
+        assert_eq!(leader.on_fetch(2, 9, 40, 100, 30), FetchAccepted::Accepted);
+        assert_eq!(
+            leader.desired_isr(&[1], 0, 40, lag_max_ms),
+            None,
+            "its new incarnation is behind the high watermark"
+        );
+        assert_eq!(
+            leader.on_fetch(2, 7, 100, 100, 50),
+            FetchAccepted::StaleBrokerEpoch,
+            "the old incarnation cannot speak for it"
+        );
+        assert_eq!(leader.follower_log_end(2), Some(40));
+        leader.on_fetch(2, 9, 100, 100, 60);
+        assert_eq!(
+            leader.desired_isr(&[1], 0, 60, lag_max_ms),
+            Some(vec![1, 2])
+        );
+        assert_eq!(leader.member_epochs(&[1, 2], 5), vec![5, 9]);
+    }
+
+    #[test]
+    fn follower_fetches_are_checked_against_the_leadership_and_the_epochs() {
+        let epochs = EpochHistory::from_entries(vec![(1, 0), (3, 10)]);
+        let fetch = FollowerFetch {
+            broker_id: 2,
+            broker_epoch: 5,
+            current_leader_epoch: 3,
+            last_fetched_epoch: 3,
+        };
+        assert_eq!(
+            check_follower_fetch(3, &fetch, 12, &epochs, 20),
+            FollowerFetchCheck::Serve
+        );
+        assert!(matches!(
+            check_follower_fetch(4, &fetch, 12, &epochs, 20),
+            FollowerFetchCheck::Refuse(ErrorCode::StaleLeaderEpoch, _)
+        ));
+        assert!(matches!(
+            check_follower_fetch(2, &fetch, 12, &epochs, 20),
+            FollowerFetchCheck::Refuse(ErrorCode::NotLeaderOrFollower, _)
+        ));
+        // Wrote epoch 1 past where the leader's epoch 1 ended.
+        let behind = FollowerFetch {
+            last_fetched_epoch: 1,
+            ..fetch
+        };
+        assert_eq!(
+            check_follower_fetch(3, &behind, 14, &epochs, 20),
+            FollowerFetchCheck::Diverging {
+                epoch: 1,
+                end_offset: 10
+            }
+        );
+        // An epoch the leader never had.
+        let unknown = FollowerFetch {
+            last_fetched_epoch: 2,
+            ..fetch
+        };
+        assert_eq!(
+            check_follower_fetch(3, &unknown, 11, &epochs, 20),
+            FollowerFetchCheck::Diverging {
+                epoch: 1,
+                end_offset: 10
+            }
+        );
     }
 }

@@ -63,6 +63,16 @@ impl Watermark {
         self.value.set(value);
     }
 
+    /// Moves the value to `value`, up (waking waiters) or down: for a value
+    /// that is allowed to go back, such as a follower's high watermark.
+    pub fn set(&self, value: i64) {
+        if value >= self.value.get() {
+            self.advance(value);
+        } else {
+            self.reset(value);
+        }
+    }
+
     /// Futures currently waiting (for tests and assertions).
     pub fn waiter_count(&self) -> usize {
         self.waiters.borrow().len()

@@ -362,6 +362,7 @@ impl Client {
             &mut fbb,
             &wire::FetchRequestArgs {
                 replica_id: -1,
+                replica_epoch: -1,
                 max_wait_ms,
                 min_bytes: 1,
                 max_bytes: 64 << 20,

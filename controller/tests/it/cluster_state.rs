@@ -59,6 +59,7 @@ fn alter_isr(
         leader_epoch: p.leader_epoch,
         partition_epoch: p.partition_epoch,
         new_isr: isr.iter().map(|&b| BrokerId(b)).collect(),
+        new_isr_epochs: Vec::new(),
     };
     step(state, &command).result
 }
@@ -73,6 +74,7 @@ fn registration_fencing_and_heartbeats() {
         endpoints: crate::support::endpoints(1, 2),
         now_ms: 0,
         session_timeout_ms: 1_000,
+        incarnation_id: 0,
     };
     let Ok(Outcome::BrokerRegistered {
         broker_epoch: first,
@@ -122,6 +124,120 @@ fn registration_fencing_and_heartbeats() {
     );
     assert_eq!(fence_at(&mut state, 1_899), Vec::<BrokerId>::new());
     assert_eq!(fence_at(&mut state, 1_900), vec![BrokerId(1)]);
+}
+
+// The same broker process registering again (its answer was lost, or it
+// follows a newly elected controller) keeps its epoch and its leaderships:
+// nothing is fenced and the metadata does not change. A new process (another
+// incarnation) fences the old one first.
+#[test]
+fn the_same_incarnation_registering_again_changes_nothing() {
+    let mut state = ClusterState::default();
+    let register = |id: u32, incarnation_id: u64, now_ms: u64| Command::RegisterBroker {
+        broker_id: BrokerId(id),
+        endpoints: crate::support::endpoints(id, 1),
+        now_ms,
+        session_timeout_ms: 1_000,
+        incarnation_id,
+    };
+    let mut epochs = BTreeMap::new();
+    for id in 1..=3u32 {
+        let Ok(Outcome::BrokerRegistered { broker_epoch }) =
+            step(&mut state, &register(id, 100 + u64::from(id), 0)).result
+        else {
+            panic!("register {id}");
+        };
+        let unfence = Command::UnfenceBroker {
+            broker_id: BrokerId(id),
+            broker_epoch,
+        };
+        step(&mut state, &unfence).result.expect("unfenced");
+        epochs.insert(id, broker_epoch);
+    }
+    let topic_id = create_topic(&mut state, "t", 6, 3, false);
+    let before = state.clone();
+    for id in 1..=3u32 {
+        let again = step(&mut state, &register(id, 100 + u64::from(id), 900)).result;
+        assert_eq!(
+            again,
+            Ok(Outcome::BrokerRegistered {
+                broker_epoch: epochs[&id]
+            })
+        );
+    }
+    assert_eq!(state.metadata_version(), before.metadata_version());
+    assert_eq!(
+        state.topic(topic_id),
+        before.topic(topic_id),
+        "no leader moved"
+    );
+    assert!(state.brokers().all(|b| !b.fenced));
+    // The registration refreshed the session: not expired at the old deadline.
+    assert_eq!(fence_at(&mut state, 1_000), Vec::<BrokerId>::new());
+    // A new process of broker 1 fences the old one and moves its leaderships.
+    let Ok(Outcome::BrokerRegistered { broker_epoch }) =
+        step(&mut state, &register(1, 999, 1_000)).result
+    else {
+        panic!("new incarnation");
+    };
+    assert!(broker_epoch > epochs[&1]);
+    let topic = state.topic(topic_id).expect("topic");
+    assert!(topic
+        .partitions
+        .iter()
+        .all(|p| p.leader != Some(BrokerId(1))));
+    assert!(topic
+        .partitions
+        .iter()
+        .all(|p| !p.isr.contains(&BrokerId(1))));
+}
+
+// KIP-903: a leader's ISR expansion names the broker epoch it saw each member
+// fetch with; a member that registered again since then is refused, so a
+// restarted follower rejoins only on progress made after its restart.
+#[test]
+fn alter_isr_refuses_members_seen_at_an_older_broker_epoch() {
+    let mut state = ClusterState::default();
+    let mut epochs = BTreeMap::new();
+    for id in 1..=3 {
+        epochs.insert(id, join(&mut state, id, 1, 0));
+    }
+    let topic_id = create_topic(&mut state, "t", 1, 3, false);
+    let p = partition(&state, topic_id, 0);
+    let leader = p.leader.expect("led").0;
+    let follower = (1..=3).find(|b| *b != leader).expect("a follower");
+    let shrunk: Vec<u32> = (1..=3).filter(|b| *b != follower).collect();
+    alter_isr(&mut state, topic_id, &p, leader, &shrunk).expect("shrink");
+    // The follower restarts: a new registration and epoch, unfenced again.
+    let new_epoch = join(&mut state, follower, 1, 10);
+    assert!(new_epoch > epochs[&follower]);
+    let p = partition(&state, topic_id, 0);
+    let expand = |member_epoch: BrokerEpoch| Command::AlterIsr {
+        topic_id,
+        partition: PartitionIndex(0),
+        leader_id: BrokerId(leader),
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        new_isr: (1..=3).map(BrokerId).collect(),
+        new_isr_epochs: (1..=3)
+            .map(|b| {
+                if b == follower {
+                    member_epoch
+                } else {
+                    epochs[&b]
+                }
+            })
+            .collect(),
+    };
+    assert!(matches!(
+        step(&mut state, &expand(epochs[&follower])).result,
+        Err(CommandError::IsrStaleBrokerEpoch { .. })
+    ));
+    assert_eq!(partition(&state, topic_id, 0).isr.len(), 2);
+    step(&mut state, &expand(new_epoch))
+        .result
+        .expect("progress of the current incarnation counts");
+    assert_eq!(partition(&state, topic_id, 0).isr.len(), 3);
 }
 
 // A new topic is spread evenly, every replica starts in the ISR, and the first
@@ -289,6 +405,7 @@ fn partition_goes_offline_and_returns_with_last_isr_member() {
         endpoints: crate::support::endpoints(id.0, 1),
         now_ms: 0,
         session_timeout_ms: 1_000,
+        incarnation_id: 0,
     };
     step(&mut state, &register_again(first_leader))
         .result
@@ -488,6 +605,8 @@ enum Op {
     Register {
         id: u32,
         shard_count: u16,
+        /// 0: a new process every time; else the same process may repeat.
+        incarnation: u8,
     },
     Unfence {
         id: u32,
@@ -519,7 +638,11 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (1u32..6, 1u16..4).prop_map(|(id, shard_count)| Op::Register { id, shard_count }),
+        (1u32..6, 1u16..4, 0u8..3).prop_map(|(id, shard_count, incarnation)| Op::Register {
+            id,
+            shard_count,
+            incarnation
+        }),
         (1u32..6).prop_map(|id| Op::Unfence { id }),
         (1u32..6).prop_map(|id| Op::Heartbeat { id }),
         (1u64..1_500).prop_map(|ms| Op::Advance { ms }),
@@ -553,11 +676,16 @@ fn command_for(
             .unwrap_or(BrokerEpoch(0))
     };
     Some(match *op {
-        Op::Register { id, shard_count } => Command::RegisterBroker {
+        Op::Register {
+            id,
+            shard_count,
+            incarnation,
+        } => Command::RegisterBroker {
             broker_id: BrokerId(id),
             endpoints: crate::support::endpoints(id, shard_count),
             now_ms: *now_ms,
             session_timeout_ms: 1_000,
+            incarnation_id: u64::from(incarnation),
         },
         Op::Unfence { id } => Command::UnfenceBroker {
             broker_id: BrokerId(id),
@@ -634,6 +762,7 @@ fn command_for(
                 } else {
                     p.partition_epoch
                 },
+                new_isr_epochs: new_isr.iter().map(|b| epoch(b.0)).collect(),
                 new_isr,
             }
         }

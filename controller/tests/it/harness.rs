@@ -190,8 +190,11 @@ pub fn describe_cluster(endpoint: &str) -> io::Result<Result<ClusterDescription,
 }
 
 pub fn register_broker(endpoint: &str, id: u32) -> io::Result<Result<Registered, ApiFailure>> {
+    // Every call stands for a new broker process: a new incarnation.
+    static INCARNATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let request = RegisterBroker {
         broker_id: BrokerId(id),
+        incarnation_id: INCARNATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         endpoints: BrokerEndpoints {
             client: format!("127.0.0.1:{}", 19_000 + id),
             shards: vec![

@@ -104,6 +104,7 @@ fn alter_isr_is_compare_and_set_over_the_wire() {
         leader_epoch: record.leader_epoch,
         partition_epoch: record.partition_epoch,
         new_isr: shrunk.clone(),
+        new_isr_epochs: Vec::new(),
     };
     let (_, after) = harness::alter_isr(endpoint, &request)
         .expect("call")

@@ -87,6 +87,7 @@ fn register(id: u32) -> Command {
         endpoints: crate::support::endpoints(id, 2),
         now_ms: 0,
         session_timeout_ms: 1_000,
+        incarnation_id: 0,
     }
 }
 

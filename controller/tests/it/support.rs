@@ -40,6 +40,7 @@ pub fn join(state: &mut ClusterState, id: u32, shard_count: u16, now_ms: u64) ->
         endpoints: endpoints(id, shard_count),
         now_ms,
         session_timeout_ms: 1_000,
+        incarnation_id: 0,
     };
     let Ok(Outcome::BrokerRegistered { broker_epoch }) = step(state, &register).result else {
         panic!("register {id} failed");

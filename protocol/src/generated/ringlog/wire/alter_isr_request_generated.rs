@@ -24,6 +24,7 @@ impl<'a> AlterIsrRequest<'a> {
   pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 10;
   pub const VT_PARTITION_EPOCH: ::flatbuffers::VOffsetT = 12;
   pub const VT_NEW_ISR: ::flatbuffers::VOffsetT = 14;
+  pub const VT_NEW_ISR_EPOCHS: ::flatbuffers::VOffsetT = 16;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -36,6 +37,7 @@ impl<'a> AlterIsrRequest<'a> {
   ) -> ::flatbuffers::WIPOffset<AlterIsrRequest<'bldr>> {
     let mut builder = AlterIsrRequestBuilder::new(_fbb);
     builder.add_topic_id(args.topic_id);
+    if let Some(x) = args.new_isr_epochs { builder.add_new_isr_epochs(x); }
     if let Some(x) = args.new_isr { builder.add_new_isr(x); }
     builder.add_partition_epoch(args.partition_epoch);
     builder.add_leader_epoch(args.leader_epoch);
@@ -87,6 +89,13 @@ impl<'a> AlterIsrRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(AlterIsrRequest::VT_NEW_ISR, None)}
   }
+  #[inline]
+  pub fn new_isr_epochs(&self) -> Option<::flatbuffers::Vector<'a, u64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u64>>>(AlterIsrRequest::VT_NEW_ISR_EPOCHS, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for AlterIsrRequest<'_> {
@@ -101,6 +110,7 @@ impl ::flatbuffers::Verifiable for AlterIsrRequest<'_> {
      .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
      .visit_field::<i32>("partition_epoch", Self::VT_PARTITION_EPOCH, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>("new_isr", Self::VT_NEW_ISR, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u64>>>("new_isr_epochs", Self::VT_NEW_ISR_EPOCHS, false)?
      .finish();
     Ok(())
   }
@@ -112,6 +122,7 @@ pub struct AlterIsrRequestArgs<'a> {
     pub leader_epoch: i32,
     pub partition_epoch: i32,
     pub new_isr: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+    pub new_isr_epochs: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u64>>>,
 }
 impl<'a> Default for AlterIsrRequestArgs<'a> {
   #[inline]
@@ -123,6 +134,7 @@ impl<'a> Default for AlterIsrRequestArgs<'a> {
       leader_epoch: 0,
       partition_epoch: 0,
       new_isr: None,
+      new_isr_epochs: None,
     }
   }
 }
@@ -157,6 +169,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AlterIsrRequestBuilder<'a, 'b
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(AlterIsrRequest::VT_NEW_ISR, new_isr);
   }
   #[inline]
+  pub fn add_new_isr_epochs(&mut self, new_isr_epochs: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(AlterIsrRequest::VT_NEW_ISR_EPOCHS, new_isr_epochs);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> AlterIsrRequestBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     AlterIsrRequestBuilder {
@@ -180,6 +196,7 @@ impl ::core::fmt::Debug for AlterIsrRequest<'_> {
       ds.field("leader_epoch", &self.leader_epoch());
       ds.field("partition_epoch", &self.partition_epoch());
       ds.field("new_isr", &self.new_isr());
+      ds.field("new_isr_epochs", &self.new_isr_epochs());
       ds.finish()
   }
 }

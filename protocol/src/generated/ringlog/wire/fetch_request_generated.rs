@@ -19,10 +19,11 @@ impl<'a> ::flatbuffers::Follow<'a> for FetchRequest<'a> {
 
 impl<'a> FetchRequest<'a> {
   pub const VT_REPLICA_ID: ::flatbuffers::VOffsetT = 4;
-  pub const VT_MAX_WAIT_MS: ::flatbuffers::VOffsetT = 6;
-  pub const VT_MIN_BYTES: ::flatbuffers::VOffsetT = 8;
-  pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 10;
-  pub const VT_TOPICS: ::flatbuffers::VOffsetT = 12;
+  pub const VT_REPLICA_EPOCH: ::flatbuffers::VOffsetT = 6;
+  pub const VT_MAX_WAIT_MS: ::flatbuffers::VOffsetT = 8;
+  pub const VT_MIN_BYTES: ::flatbuffers::VOffsetT = 10;
+  pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 12;
+  pub const VT_TOPICS: ::flatbuffers::VOffsetT = 14;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -34,6 +35,7 @@ impl<'a> FetchRequest<'a> {
     args: &'args FetchRequestArgs<'args>
   ) -> ::flatbuffers::WIPOffset<FetchRequest<'bldr>> {
     let mut builder = FetchRequestBuilder::new(_fbb);
+    builder.add_replica_epoch(args.replica_epoch);
     if let Some(x) = args.topics { builder.add_topics(x); }
     builder.add_max_bytes(args.max_bytes);
     builder.add_min_bytes(args.min_bytes);
@@ -49,6 +51,13 @@ impl<'a> FetchRequest<'a> {
     // Created from valid Table for this object
     // which contains a valid value in this slot
     unsafe { self._tab.get::<i32>(FetchRequest::VT_REPLICA_ID, Some(-1)).unwrap()}
+  }
+  #[inline]
+  pub fn replica_epoch(&self) -> i64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(FetchRequest::VT_REPLICA_EPOCH, Some(-1)).unwrap()}
   }
   #[inline]
   pub fn max_wait_ms(&self) -> i32 {
@@ -87,6 +96,7 @@ impl ::flatbuffers::Verifiable for FetchRequest<'_> {
   ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
     v.visit_table(pos)?
      .visit_field::<i32>("replica_id", Self::VT_REPLICA_ID, false)?
+     .visit_field::<i64>("replica_epoch", Self::VT_REPLICA_EPOCH, false)?
      .visit_field::<i32>("max_wait_ms", Self::VT_MAX_WAIT_MS, false)?
      .visit_field::<i32>("min_bytes", Self::VT_MIN_BYTES, false)?
      .visit_field::<i32>("max_bytes", Self::VT_MAX_BYTES, false)?
@@ -97,6 +107,7 @@ impl ::flatbuffers::Verifiable for FetchRequest<'_> {
 }
 pub struct FetchRequestArgs<'a> {
     pub replica_id: i32,
+    pub replica_epoch: i64,
     pub max_wait_ms: i32,
     pub min_bytes: i32,
     pub max_bytes: i32,
@@ -107,6 +118,7 @@ impl<'a> Default for FetchRequestArgs<'a> {
   fn default() -> Self {
     FetchRequestArgs {
       replica_id: -1,
+      replica_epoch: -1,
       max_wait_ms: 500,
       min_bytes: 1,
       max_bytes: 52428800,
@@ -123,6 +135,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FetchRequestBuilder<'a, 'b, A
   #[inline]
   pub fn add_replica_id(&mut self, replica_id: i32) {
     self.fbb_.push_slot::<i32>(FetchRequest::VT_REPLICA_ID, replica_id, -1);
+  }
+  #[inline]
+  pub fn add_replica_epoch(&mut self, replica_epoch: i64) {
+    self.fbb_.push_slot::<i64>(FetchRequest::VT_REPLICA_EPOCH, replica_epoch, -1);
   }
   #[inline]
   pub fn add_max_wait_ms(&mut self, max_wait_ms: i32) {
@@ -159,6 +175,7 @@ impl ::core::fmt::Debug for FetchRequest<'_> {
   fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
     let mut ds = f.debug_struct("FetchRequest");
       ds.field("replica_id", &self.replica_id());
+      ds.field("replica_epoch", &self.replica_epoch());
       ds.field("max_wait_ms", &self.max_wait_ms());
       ds.field("min_bytes", &self.min_bytes());
       ds.field("max_bytes", &self.max_bytes());

@@ -20,6 +20,7 @@ impl<'a> ::flatbuffers::Follow<'a> for RegisterBrokerRequest<'a> {
 impl<'a> RegisterBrokerRequest<'a> {
   pub const VT_BROKER_ID: ::flatbuffers::VOffsetT = 4;
   pub const VT_ENDPOINTS: ::flatbuffers::VOffsetT = 6;
+  pub const VT_INCARNATION_ID: ::flatbuffers::VOffsetT = 8;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -31,6 +32,7 @@ impl<'a> RegisterBrokerRequest<'a> {
     args: &'args RegisterBrokerRequestArgs<'args>
   ) -> ::flatbuffers::WIPOffset<RegisterBrokerRequest<'bldr>> {
     let mut builder = RegisterBrokerRequestBuilder::new(_fbb);
+    builder.add_incarnation_id(args.incarnation_id);
     if let Some(x) = args.endpoints { builder.add_endpoints(x); }
     builder.add_broker_id(args.broker_id);
     builder.finish()
@@ -51,6 +53,13 @@ impl<'a> RegisterBrokerRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<BrokerEndpointSet>>(RegisterBrokerRequest::VT_ENDPOINTS, None)}
   }
+  #[inline]
+  pub fn incarnation_id(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(RegisterBrokerRequest::VT_INCARNATION_ID, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for RegisterBrokerRequest<'_> {
@@ -61,6 +70,7 @@ impl ::flatbuffers::Verifiable for RegisterBrokerRequest<'_> {
     v.visit_table(pos)?
      .visit_field::<u32>("broker_id", Self::VT_BROKER_ID, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<BrokerEndpointSet>>("endpoints", Self::VT_ENDPOINTS, false)?
+     .visit_field::<u64>("incarnation_id", Self::VT_INCARNATION_ID, false)?
      .finish();
     Ok(())
   }
@@ -68,6 +78,7 @@ impl ::flatbuffers::Verifiable for RegisterBrokerRequest<'_> {
 pub struct RegisterBrokerRequestArgs<'a> {
     pub broker_id: u32,
     pub endpoints: Option<::flatbuffers::WIPOffset<BrokerEndpointSet<'a>>>,
+    pub incarnation_id: u64,
 }
 impl<'a> Default for RegisterBrokerRequestArgs<'a> {
   #[inline]
@@ -75,6 +86,7 @@ impl<'a> Default for RegisterBrokerRequestArgs<'a> {
     RegisterBrokerRequestArgs {
       broker_id: 0,
       endpoints: None,
+      incarnation_id: 0,
     }
   }
 }
@@ -91,6 +103,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> RegisterBrokerRequestBuilder<
   #[inline]
   pub fn add_endpoints(&mut self, endpoints: ::flatbuffers::WIPOffset<BrokerEndpointSet<'b >>) {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<BrokerEndpointSet>>(RegisterBrokerRequest::VT_ENDPOINTS, endpoints);
+  }
+  #[inline]
+  pub fn add_incarnation_id(&mut self, incarnation_id: u64) {
+    self.fbb_.push_slot::<u64>(RegisterBrokerRequest::VT_INCARNATION_ID, incarnation_id, 0);
   }
   #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> RegisterBrokerRequestBuilder<'a, 'b, A> {
@@ -112,6 +128,7 @@ impl ::core::fmt::Debug for RegisterBrokerRequest<'_> {
     let mut ds = f.debug_struct("RegisterBrokerRequest");
       ds.field("broker_id", &self.broker_id());
       ds.field("endpoints", &self.endpoints());
+      ds.field("incarnation_id", &self.incarnation_id());
       ds.finish()
   }
 }
