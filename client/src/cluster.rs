@@ -105,10 +105,19 @@ impl Cluster {
                     .await;
             }
             for address in self.metadata_candidates() {
-                match self
-                    .request_to(&address, ApiKey::Metadata, &body, &[])
-                    .await
-                {
+                let bound = Duration::from_millis(self.inner.config.metadata_timeout_ms);
+                let answer = tokio::time::timeout(
+                    bound,
+                    self.request_to(&address, ApiKey::Metadata, &body, &[]),
+                )
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ClientError::RequestTimeout {
+                        address: address.clone(),
+                        timeout_ms: self.inner.config.metadata_timeout_ms,
+                    })
+                });
+                match answer {
                     Ok(response) => {
                         let metadata = Arc::new(messages::metadata_response(response.body())?);
                         *self.inner.metadata.write().expect("metadata lock") =

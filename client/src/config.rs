@@ -44,6 +44,10 @@ pub struct ClientConfig {
     pub metadata_attempts_max: u32,
     /// Pause between metadata attempts. Default 100 ms; 0..=60 000.
     pub metadata_backoff_ms: u64,
+    /// How long one broker may take to answer a metadata request before
+    /// the next is asked: a paused or cut-off broker must not hold up
+    /// finding the new leader. Default 5 000 ms; 1..=600 000.
+    pub metadata_timeout_ms: u64,
 }
 
 impl Default for ClientConfig {
@@ -56,6 +60,7 @@ impl Default for ClientConfig {
             frame_size_bytes_max: FRAME_SIZE_BYTES_MAX_DEFAULT,
             metadata_attempts_max: 3,
             metadata_backoff_ms: 100,
+            metadata_timeout_ms: 5_000,
         }
     }
 }
@@ -73,6 +78,7 @@ impl ClientConfig {
         )?;
         check_range("request_timeout_ms", self.request_timeout_ms, 1, 3_600_000)?;
         check_range("connect_timeout_ms", self.connect_timeout_ms, 1, 600_000)?;
+        check_range("metadata_timeout_ms", self.metadata_timeout_ms, 1, 600_000)?;
         check_range(
             "frame_size_bytes_max",
             u64::from(self.frame_size_bytes_max),

@@ -10,6 +10,13 @@
 //! headline rate; every record's send time and ack time are still measured.
 //! Consumers fetch from each partition's shard, decode every record and read
 //! the send time from the payload header for end-to-end latency.
+//!
+//! Both ride through leader changes as a Kafka client does: a retriable
+//! failure (leader moved, broker unreachable or silent, not enough replicas)
+//! refreshes the metadata in the background and sends the same batch again,
+//! to the new leader, until `delivery_timeout_ms`; consumers re-route each
+//! partition to its current leader. The longest time any partition went
+//! without an acknowledgement is reported as its unavailability.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,8 +49,18 @@ pub const DRAIN_MS_MAX: u64 = 30_000;
 const FETCH_BYTES_MAX: i32 = 16 << 20;
 const FETCH_PARTITION_BYTES_MAX: i32 = 4 << 20;
 const FETCH_WAIT_MS: i32 = 100;
-/// Produce request timeout handed to the broker.
-const PRODUCE_TIMEOUT_MS: i32 = 30_000;
+/// Produce request timeout handed to the broker: how long acks=all waits for
+/// the ISR. Below the client's request timeout, so the broker answers first.
+const PRODUCE_TIMEOUT_MS: i32 = 8_000;
+/// The client's bound on any request: a silent (paused, partitioned) broker
+/// costs at most this before the request is retried elsewhere.
+const REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// Bound on one broker's metadata answer before the next is asked.
+const METADATA_TIMEOUT_MS: u64 = 1_000;
+/// Bound on one consumer fetch round trip (the fetch itself waits 100 ms).
+const FETCH_ROUND_TRIP_MS_MAX: u64 = 3_000;
+/// Pause before a partition whose send or fetch failed is tried again.
+const RETRY_BACKOFF_MS: u64 = 100;
 
 fn wall_us() -> u64 {
     SystemTime::now()
@@ -56,6 +73,76 @@ fn wall_us() -> u64 {
 pub struct RunOutcome {
     pub recorder: RunRecorder,
     pub verify: Option<VerifyReport>,
+    /// With `verify`: every acknowledged and every consumed record.
+    pub acked: Vec<HistoryRecord>,
+    pub consumed: Vec<HistoryRecord>,
+    /// The longest any partition went without an acknowledgement while
+    /// producers were sending (its unavailability as a producer sees it).
+    pub longest_ack_gap_ms: u64,
+    /// Batches sent again after a retriable failure.
+    pub retried_batches: u64,
+    /// Partition-level fetch errors consumers rode through.
+    pub fetch_errors: u64,
+}
+
+/// Per partition: when it was last acknowledged, and the longest gap seen.
+#[derive(Debug, Default)]
+struct AckGaps {
+    partitions: Mutex<Vec<(u64, u64)>>,
+}
+
+impl AckGaps {
+    fn new(partitions: usize, start_ns: u64) -> AckGaps {
+        AckGaps {
+            partitions: Mutex::new(vec![(start_ns, 0); partitions]),
+        }
+    }
+
+    fn on_ack(&self, partition: usize, now_ns: u64) {
+        let mut partitions = self.partitions.lock().expect("gaps lock");
+        let (last, longest) = &mut partitions[partition];
+        *longest = (*longest).max(now_ns.saturating_sub(*last));
+        *last = (*last).max(now_ns);
+    }
+
+    /// The longest gap, counting each partition's silence up to `end_ns`.
+    fn longest_ms(&self, end_ns: u64) -> u64 {
+        let partitions = self.partitions.lock().expect("gaps lock");
+        let longest = partitions
+            .iter()
+            .map(|(last, longest)| (*longest).max(end_ns.saturating_sub(*last)))
+            .max()
+            .unwrap_or(0);
+        longest / 1_000_000
+    }
+}
+
+/// Refreshes cluster metadata in the background, one refresh at a time, so
+/// a worker that saw a leader move never waits on it.
+#[derive(Clone)]
+struct MetadataRefresher {
+    cluster: Cluster,
+    running: Arc<AtomicBool>,
+}
+
+impl MetadataRefresher {
+    fn new(cluster: Cluster) -> MetadataRefresher {
+        MetadataRefresher {
+            cluster,
+            running: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn request(&self) {
+        if self.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (cluster, running) = (self.cluster.clone(), self.running.clone());
+        tokio::spawn(async move {
+            let _ = cluster.refresh_metadata().await;
+            running.store(false, Ordering::Release);
+        });
+    }
 }
 
 type History = Arc<Mutex<Vec<HistoryRecord>>>;
@@ -80,7 +167,12 @@ async fn ensure_topic(config: &RunConfig, cluster: &Cluster) -> anyhow::Result<(
     if !exists {
         let rf = i16::try_from(config.replication_factor).context("replication factor")?;
         match admin
-            .create_topic(&config.topic, config.partitions as i32, rf, &[])
+            .create_topic(
+                &config.topic,
+                config.partitions as i32,
+                rf,
+                &config.topic_configs,
+            )
             .await
         {
             Ok(()) => {}
@@ -107,14 +199,21 @@ async fn ensure_topic(config: &RunConfig, cluster: &Cluster) -> anyhow::Result<(
 }
 
 async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
-    let cluster = Cluster::connect(&config.bootstrap.join(","), ClientConfig::default())
+    let client_config = ClientConfig {
+        request_timeout_ms: REQUEST_TIMEOUT_MS,
+        metadata_timeout_ms: METADATA_TIMEOUT_MS,
+        ..ClientConfig::default()
+    };
+    let cluster = Cluster::connect(&config.bootstrap.join(","), client_config)
         .await
         .context("connecting to the cluster")?;
     ensure_topic(&config, &cluster).await?;
+    let refresher = MetadataRefresher::new(cluster.clone());
     let clock = MonotonicClock::new();
     let acked: Option<History> = config.verify.then(Default::default);
     let consumed: Option<History> = config.verify.then(Default::default);
     let stop_consumers = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(RideThroughCounters::default());
     let consumer_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..config.consumers)
         .map(|_| Arc::new(Mutex::new(WorkerStats::new())))
         .collect();
@@ -125,48 +224,42 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
             .filter(|p| *p as usize % config.consumers as usize == index)
             .collect();
         let positions = start_positions(&cluster, &config.topic, &partitions).await?;
-        let mut by_leader: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
-        let metadata = cluster.metadata();
-        for (partition, position) in positions {
-            let address = metadata
-                .leader_address(&config.topic, partition)
-                .context("partition leader")?;
-            by_leader
-                .entry(address)
-                .or_default()
-                .push((partition, position));
-        }
-        for (address, partitions) in by_leader {
-            let connection = cluster.connection(&address).await?;
-            let task = ConsumerTask {
-                config: config.clone(),
-                connection,
-                partitions,
-                stats: stats.clone(),
-                stop: stop_consumers.clone(),
-                consumed: consumed.clone(),
-            };
-            consumer_tasks.push(tokio::spawn(task.run()));
-        }
+        let task = ConsumerTask {
+            config: config.clone(),
+            cluster: cluster.clone(),
+            refresher: refresher.clone(),
+            partitions: positions,
+            stats: stats.clone(),
+            stop: stop_consumers.clone(),
+            consumed: consumed.clone(),
+            counters: counters.clone(),
+        };
+        consumer_tasks.push(tokio::spawn(task.run()));
     }
 
     let start_ns = clock.now_ns();
     let warmup_end_ns = start_ns + config.warmup_ms * 1_000_000;
     let end_ns = warmup_end_ns + config.duration_ms * 1_000_000;
+    let gaps = Arc::new(AckGaps::new(config.partitions as usize, start_ns));
     let producer_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..config.producers)
         .map(|_| Arc::new(Mutex::new(WorkerStats::new())))
         .collect();
     let mut producer_tasks = Vec::new();
     for (index, stats) in producer_stats.iter().enumerate() {
         let worker = ProducerWorker::new(
-            config.clone(),
-            cluster.clone(),
-            clock,
+            WorkerShared {
+                config: config.clone(),
+                cluster: cluster.clone(),
+                refresher: refresher.clone(),
+                clock,
+                stats: stats.clone(),
+                acked: acked.clone(),
+                gaps: gaps.clone(),
+                counters: counters.clone(),
+            },
             index as u32,
             start_ns,
             end_ns,
-            stats.clone(),
-            acked.clone(),
         )?;
         producer_tasks.push(tokio::spawn(worker.run()));
     }
@@ -229,14 +322,57 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
             Phase::Measure,
         );
     }
-    let verify = match (acked, consumed) {
-        (Some(acked), Some(consumed)) => Some(verify(
-            &acked.lock().expect("history"),
-            &consumed.lock().expect("history"),
-        )),
-        _ => None,
+    let take = |history: Option<History>| {
+        history.map_or_else(Vec::new, |h| {
+            std::mem::take(&mut *h.lock().expect("history"))
+        })
     };
-    Ok(RunOutcome { recorder, verify })
+    let (acked, consumed) = (take(acked), take(consumed));
+    let verify = config.verify.then(|| verify(&acked, &consumed));
+    if let Some(dir) = &config.history_dir {
+        write_history(dir, "acked.txt", &acked)?;
+        write_history(dir, "consumed.txt", &consumed)?;
+    }
+    Ok(RunOutcome {
+        recorder,
+        verify,
+        acked,
+        consumed,
+        longest_ack_gap_ms: gaps.longest_ms(end_ns.min(now_ns)),
+        retried_batches: counters.retried_batches.load(Ordering::Relaxed),
+        fetch_errors: counters.fetch_errors.load(Ordering::Relaxed),
+    })
+}
+
+/// Counts of failures the workers rode through.
+#[derive(Debug, Default)]
+struct RideThroughCounters {
+    retried_batches: std::sync::atomic::AtomicU64,
+    fetch_errors: std::sync::atomic::AtomicU64,
+}
+
+/// Writes a history as `partition offset value_id` lines, the format
+/// `ringlog-loadgen verify` reads.
+pub fn write_history(
+    dir: &std::path::Path,
+    name: &str,
+    history: &[HistoryRecord],
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(name);
+    let file =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    for record in history {
+        writeln!(
+            out,
+            "{} {} {}",
+            record.position.partition, record.position.offset, record.value_id
+        )?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// Totals over the whole run so far (warmup included).
@@ -294,6 +430,8 @@ struct SealedBatch {
     bytes: Vec<u8>,
     sends: Vec<(u64, ValueId)>,
     buffered_bytes: usize,
+    /// When it was first sent; retries stop `delivery_timeout_ms` after.
+    first_sent_ns: Option<u64>,
 }
 
 #[derive(Default)]
@@ -302,22 +440,32 @@ struct PartitionQueue {
     sealed: VecDeque<SealedBatch>,
     in_flight: bool,
     connection: Option<Connection>,
+    /// Not sent to before this (after a failure).
+    retry_at_ns: u64,
+}
+
+/// What every producer worker shares.
+struct WorkerShared {
+    config: Arc<RunConfig>,
+    cluster: Cluster,
+    refresher: MetadataRefresher,
+    clock: MonotonicClock,
+    stats: Arc<Mutex<WorkerStats>>,
+    acked: Option<History>,
+    gaps: Arc<AckGaps>,
+    counters: Arc<RideThroughCounters>,
 }
 
 struct ProducerWorker {
-    config: Arc<RunConfig>,
-    cluster: Cluster,
-    clock: MonotonicClock,
+    shared: WorkerShared,
     index: u32,
     end_ns: u64,
     schedule: WorkerSchedule,
     payload: PayloadGenerator,
     keys: KeyGenerator,
-    stats: Arc<Mutex<WorkerStats>>,
     queues: Vec<PartitionQueue>,
     buffered_bytes: usize,
     sticky_partition: u32,
-    acked: Option<History>,
     value: Vec<u8>,
     key: Vec<u8>,
     /// Wall-clock microseconds at the monotonic clock's origin.
@@ -328,20 +476,18 @@ struct ProducerWorker {
 struct Completion {
     partition: usize,
     bytes: usize,
+    /// A batch that failed with a retriable error, to send again.
+    retry: Option<SealedBatch>,
 }
 
 impl ProducerWorker {
-    #[allow(clippy::too_many_arguments)]
     fn new(
-        config: Arc<RunConfig>,
-        cluster: Cluster,
-        clock: MonotonicClock,
+        shared: WorkerShared,
         index: u32,
         start_ns: u64,
         end_ns: u64,
-        stats: Arc<Mutex<WorkerStats>>,
-        acked: Option<History>,
     ) -> anyhow::Result<ProducerWorker> {
+        let config = &shared.config;
         let schedule =
             WorkerSchedule::new(start_ns, config.rate_msgs_per_s, index, config.producers)?;
         let payload = PayloadGenerator::new(
@@ -354,37 +500,38 @@ impl ProducerWorker {
             derive_seed(config.seed, u64::from(index) * 2 + 1),
         );
         let partitions = config.partitions as usize;
+        let wall_origin_us = wall_us().saturating_sub(shared.clock.now_ns() / 1_000);
         Ok(ProducerWorker {
             sticky_partition: index % config.partitions,
-            config,
-            cluster,
-            clock,
             index,
             end_ns,
             schedule,
             payload,
             keys,
-            stats,
             queues: (0..partitions).map(|_| PartitionQueue::default()).collect(),
             buffered_bytes: 0,
-            acked,
             value: Vec::new(),
             key: Vec::new(),
-            wall_origin_us: wall_us().saturating_sub(clock.now_ns() / 1_000),
+            wall_origin_us,
+            shared,
         })
+    }
+
+    fn config(&self) -> &RunConfig {
+        &self.shared.config
     }
 
     async fn run(mut self) -> anyhow::Result<()> {
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Completion>();
         let mut in_flight = 0usize;
         loop {
-            let now_ns = self.clock.now_ns();
+            let now_ns = self.shared.clock.now_ns();
             let sending = now_ns < self.end_ns;
             if sending {
                 self.generate(now_ns);
             }
             self.seal_due(now_ns, !sending);
-            in_flight += self.send_ready(&done_tx).await?;
+            in_flight += self.send_ready(&done_tx).await;
             while let Ok(done) = done_rx.try_recv() {
                 self.complete(done);
                 in_flight -= 1;
@@ -399,7 +546,7 @@ impl ProducerWorker {
                 break;
             }
             let wake_ns = self.next_wake_ns(now_ns, sending);
-            let sleep = Duration::from_nanos(wake_ns.saturating_sub(self.clock.now_ns()));
+            let sleep = Duration::from_nanos(wake_ns.saturating_sub(self.shared.clock.now_ns()));
             tokio::select! {
                 done = done_rx.recv() => {
                     if let Some(done) = done {
@@ -417,14 +564,27 @@ impl ProducerWorker {
     fn complete(&mut self, done: Completion) {
         let queue = &mut self.queues[done.partition];
         queue.in_flight = false;
-        self.buffered_bytes -= done.bytes;
+        match done.retry {
+            Some(batch) => {
+                // Front of the queue: the partition's order holds.
+                queue.sealed.push_front(batch);
+                queue.connection = None;
+                queue.retry_at_ns = self.shared.clock.now_ns() + RETRY_BACKOFF_MS * 1_000_000;
+                self.shared.refresher.request();
+                self.shared
+                    .counters
+                    .retried_batches
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            None => self.buffered_bytes -= done.bytes,
+        }
     }
 
     /// Builds every record whose intended send time has come. Histograms are
     /// large; they are recorded into in place under one short lock per call,
     /// never copied per record or per batch.
     fn generate(&mut self, now_ns: u64) {
-        let stats = self.stats.clone();
+        let stats = self.shared.stats.clone();
         let mut stats = stats.lock().expect("stats lock");
         let mut generated = 0u64;
         while self.buffered_bytes < WORKER_BUFFER_BYTES_MAX {
@@ -442,7 +602,7 @@ impl ProducerWorker {
             }
             let slot = self.schedule.next_slot();
             generated += 1;
-            let send_ns = self.clock.now_ns();
+            let send_ns = self.shared.clock.now_ns();
             self.append_record(
                 &mut stats,
                 slot.message_index,
@@ -470,19 +630,20 @@ impl ProducerWorker {
             &mut self.value,
         );
         let key_index = self.keys.next_key_index();
+        let partitions = self.config().partitions;
         let partition = match key_index {
             Some(index) => {
                 self.key.clear();
                 KeyGenerator::write_key(index, &mut self.key);
-                client::partitioner::partition_for_key(&self.key, self.config.partitions as usize)
-                    as usize
+                client::partitioner::partition_for_key(&self.key, partitions as usize) as usize
             }
             None => self.sticky_partition as usize,
         };
-        let compression = match self.config.compression {
+        let compression = match self.config().compression {
             Compression::None => protocol::Compression::None,
             Compression::Zstd => protocol::Compression::Zstd,
         };
+        let batch_bytes = self.config().batch_bytes as usize;
         let queue = &mut self.queues[partition];
         let batch = queue.open.get_or_insert_with(|| PendingBatch {
             builder: BatchBuilder::new(compression),
@@ -502,11 +663,11 @@ impl ProducerWorker {
         batch.buffered_bytes += size;
         self.buffered_bytes += size;
         stats.record_send(self.value.len() as u64, publish_delay_ns);
-        if batch.builder.size_bytes_uncompressed() >= self.config.batch_bytes as usize {
+        if batch.builder.size_bytes_uncompressed() >= batch_bytes {
             self.seal(partition);
             if key_index.is_none() {
                 // Unkeyed records stick to a partition per batch, then move on.
-                self.sticky_partition = (self.sticky_partition + 1) % self.config.partitions;
+                self.sticky_partition = (self.sticky_partition + 1) % partitions;
             }
         }
     }
@@ -519,13 +680,15 @@ impl ProducerWorker {
                 bytes,
                 sends: batch.sends,
                 buffered_bytes: batch.buffered_bytes,
+                first_sent_ns: None,
             });
         }
     }
 
     /// Seals batches older than the linger (or all of them at the end).
     fn seal_due(&mut self, now_ns: u64, all: bool) {
-        let linger_ns = self.config.linger_ms * 1_000_000;
+        let linger_ns = self.config().linger_ms * 1_000_000;
+        let partitions = self.config().partitions;
         for partition in 0..self.queues.len() {
             let due = self.queues[partition]
                 .open
@@ -536,76 +699,87 @@ impl ProducerWorker {
                 if self.keys.spec() == crate::keys::KeySpec::None
                     && partition == self.sticky_partition as usize
                 {
-                    self.sticky_partition = (self.sticky_partition + 1) % self.config.partitions;
+                    self.sticky_partition = (self.sticky_partition + 1) % partitions;
                 }
             }
         }
     }
 
-    /// Sends the oldest sealed batch of every partition with nothing in flight.
-    async fn send_ready(
-        &mut self,
-        done: &mpsc::UnboundedSender<Completion>,
-    ) -> anyhow::Result<usize> {
+    /// The connection to `partition`'s leader from cached metadata; `None`
+    /// (and a refresh asked for) when there is no leader or it cannot be
+    /// reached now.
+    async fn leader_connection(&mut self, partition: usize) -> Option<Connection> {
+        if let Some(connection) = self.queues[partition]
+            .connection
+            .as_ref()
+            .filter(|c| !c.is_closed())
+        {
+            return Some(connection.clone());
+        }
+        let address = self
+            .shared
+            .cluster
+            .metadata()
+            .leader_address(&self.shared.config.topic, partition as i32);
+        let connection = match address {
+            Ok(address) => self.shared.cluster.connection(&address).await.ok(),
+            Err(_) => None,
+        };
+        if connection.is_none() {
+            self.shared.refresher.request();
+            self.queues[partition].retry_at_ns =
+                self.shared.clock.now_ns() + RETRY_BACKOFF_MS * 1_000_000;
+        }
+        self.queues[partition].connection = connection.clone();
+        connection
+    }
+
+    /// Sends the oldest sealed batch of every partition with nothing in
+    /// flight; returns how many requests went out.
+    async fn send_ready(&mut self, done: &mpsc::UnboundedSender<Completion>) -> usize {
         let mut sent = 0;
         for partition in 0..self.queues.len() {
-            if self.queues[partition].in_flight || self.queues[partition].sealed.is_empty() {
+            let now_ns = self.shared.clock.now_ns();
+            let queue = &self.queues[partition];
+            if queue.in_flight || queue.sealed.is_empty() || now_ns < queue.retry_at_ns {
                 continue;
             }
-            if self.queues[partition]
-                .connection
-                .as_ref()
-                .is_none_or(Connection::is_closed)
-            {
-                let connection = self
-                    .cluster
-                    .leader_connection(&self.config.topic, partition as i32)
-                    .await?;
-                self.queues[partition].connection = Some(connection);
-            }
-            let queue = &mut self.queues[partition];
-            let batch = queue.sealed.pop_front().expect("checked non-empty");
-            let connection = queue.connection.clone().expect("connected above");
-            let entry = ProduceEntry {
-                topic: &self.config.topic,
-                partition: partition as i32,
-                batch: &batch.bytes,
+            let Some(connection) = self.leader_connection(partition).await else {
+                continue;
             };
-            let acks = match self.config.acks {
+            let mut batch = self.queues[partition]
+                .sealed
+                .pop_front()
+                .expect("checked non-empty");
+            batch.first_sent_ns.get_or_insert(now_ns);
+            let acks = match self.shared.config.acks {
                 Acks::None => 0,
                 Acks::Leader => 1,
                 Acks::All => -1,
             };
+            let entry = ProduceEntry {
+                topic: &self.shared.config.topic,
+                partition: partition as i32,
+                batch: &batch.bytes,
+            };
             let body = messages::produce_request(acks, PRODUCE_TIMEOUT_MS, &[entry]);
             if acks == 0 {
-                let result = connection
-                    .send_without_response(ApiKey::Produce, &body, &[&batch.bytes])
-                    .await;
-                let now = self.clock.now_ns();
-                let mut stats = self.stats.lock().expect("stats lock");
-                for (send_ns, _) in &batch.sends {
-                    match &result {
-                        Ok(()) => stats.record_ack(now - send_ns),
-                        Err(_) => stats.record_error(),
-                    }
-                }
-                drop(stats);
-                // Nothing is awaited: the batch's bytes are accounted as sent.
-                self.buffered_bytes -= batch.buffered_bytes;
+                self.send_unacknowledged(&connection, &body, batch).await;
                 continue;
             }
             let response = connection
                 .send(ApiKey::Produce, &body, &[&batch.bytes])
                 .await;
-            queue.in_flight = true;
+            self.queues[partition].in_flight = true;
             sent += 1;
-            let (stats, clock, acked, done) = (
-                self.stats.clone(),
-                self.clock,
-                self.acked.clone(),
-                done.clone(),
-            );
-            let record_bytes = batch.buffered_bytes;
+            let shared = Completer {
+                stats: self.shared.stats.clone(),
+                clock: self.shared.clock,
+                acked: self.shared.acked.clone(),
+                gaps: self.shared.gaps.clone(),
+                delivery_timeout_ns: self.shared.config.delivery_timeout_ms * 1_000_000,
+                done: done.clone(),
+            };
             tokio::spawn(async move {
                 let outcome = match response {
                     Ok(future) => future
@@ -613,45 +787,32 @@ impl ProducerWorker {
                         .and_then(|r| messages::produce_response(r.body())),
                     Err(e) => Err(e),
                 };
-                let now = clock.now_ns();
-                let base_offset = match &outcome {
-                    Ok(results) => results
-                        .first()
-                        .filter(|r| r.error == ErrorCode::None)
-                        .map(|r| r.base_offset),
-                    Err(_) => None,
-                };
-                let mut local = stats.lock().expect("stats lock");
-                match base_offset {
-                    Some(base) => {
-                        for (send_ns, _) in &batch.sends {
-                            local.record_ack(now.saturating_sub(*send_ns));
-                        }
-                        if let Some(acked) = acked {
-                            let mut history = acked.lock().expect("history lock");
-                            for (i, (_, value_id)) in batch.sends.iter().enumerate() {
-                                history.push(HistoryRecord::new(
-                                    partition as u32,
-                                    (base + i as i64) as u64,
-                                    *value_id,
-                                ));
-                            }
-                        }
-                    }
-                    None => {
-                        for _ in &batch.sends {
-                            local.record_error();
-                        }
-                    }
-                }
-                drop(local);
-                let _ = done.send(Completion {
-                    partition,
-                    bytes: record_bytes,
-                });
+                shared.complete(partition, batch, outcome);
             });
         }
-        Ok(sent)
+        sent
+    }
+
+    /// acks=0: nothing is awaited; the batch's bytes are accounted as sent.
+    async fn send_unacknowledged(
+        &mut self,
+        connection: &Connection,
+        body: &[u8],
+        batch: SealedBatch,
+    ) {
+        let result = connection
+            .send_without_response(ApiKey::Produce, body, &[&batch.bytes])
+            .await;
+        let now = self.shared.clock.now_ns();
+        let mut stats = self.shared.stats.lock().expect("stats lock");
+        for (send_ns, _) in &batch.sends {
+            match &result {
+                Ok(()) => stats.record_ack(now - send_ns),
+                Err(_) => stats.record_error(),
+            }
+        }
+        drop(stats);
+        self.buffered_bytes -= batch.buffered_bytes;
     }
 
     fn next_wake_ns(&self, now_ns: u64, sending: bool) -> u64 {
@@ -666,101 +827,255 @@ impl ProducerWorker {
                 return now_ns;
             }
         }
-        let linger_ns = self.config.linger_ms * 1_000_000;
+        let linger_ns = self.config().linger_ms * 1_000_000;
         for queue in &self.queues {
             if let Some(batch) = &queue.open {
                 wake = wake.min(batch.opened_ns + linger_ns);
+            }
+            if !queue.sealed.is_empty() && !queue.in_flight {
+                wake = wake.min(queue.retry_at_ns.max(now_ns + 1));
             }
         }
         wake
     }
 }
 
+/// What a produce response's task needs to account for it.
+struct Completer {
+    stats: Arc<Mutex<WorkerStats>>,
+    clock: MonotonicClock,
+    acked: Option<History>,
+    gaps: Arc<AckGaps>,
+    delivery_timeout_ns: u64,
+    done: mpsc::UnboundedSender<Completion>,
+}
+
+impl Completer {
+    /// Records acks or errors for `batch`, or hands it back for a retry when
+    /// the failure is retriable and its delivery timeout has not passed.
+    fn complete(
+        self,
+        partition: usize,
+        batch: SealedBatch,
+        outcome: client::Result<Vec<messages::ProduceOutcome>>,
+    ) {
+        let now = self.clock.now_ns();
+        let result = match &outcome {
+            Ok(results) => match results.first() {
+                Some(r) if r.error == ErrorCode::None => Ok(r.base_offset),
+                Some(r) => Err(r.error.is_retriable()),
+                None => Err(false),
+            },
+            Err(e) => Err(e.is_retriable()),
+        };
+        let bytes = batch.buffered_bytes;
+        let within_timeout = batch
+            .first_sent_ns
+            .is_some_and(|first| now.saturating_sub(first) < self.delivery_timeout_ns);
+        if result == Err(true) && within_timeout {
+            let _ = self.done.send(Completion {
+                partition,
+                bytes,
+                retry: Some(batch),
+            });
+            return;
+        }
+        let mut local = self.stats.lock().expect("stats lock");
+        match result {
+            Ok(base) => {
+                for (send_ns, _) in &batch.sends {
+                    local.record_ack(now.saturating_sub(*send_ns));
+                }
+                self.gaps.on_ack(partition, now);
+                if let Some(acked) = &self.acked {
+                    let mut history = acked.lock().expect("history lock");
+                    for (i, (_, value_id)) in batch.sends.iter().enumerate() {
+                        history.push(HistoryRecord::new(
+                            partition as u32,
+                            (base + i as i64) as u64,
+                            *value_id,
+                        ));
+                    }
+                }
+            }
+            Err(_) => {
+                for _ in &batch.sends {
+                    local.record_error();
+                }
+            }
+        }
+        drop(local);
+        let _ = self.done.send(Completion {
+            partition,
+            bytes,
+            retry: None,
+        });
+    }
+}
+
 struct ConsumerTask {
     config: Arc<RunConfig>,
-    connection: Connection,
+    cluster: Cluster,
+    refresher: MetadataRefresher,
     /// (partition, next offset)
     partitions: Vec<(i32, i64)>,
     stats: Arc<Mutex<WorkerStats>>,
     stop: Arc<AtomicBool>,
     consumed: Option<History>,
+    counters: Arc<RideThroughCounters>,
 }
 
+/// What one fetch round trip brought back, for which partitions.
+type FetchRound = (Vec<i32>, client::Result<client::Response>);
+
 impl ConsumerTask {
+    /// Fetches this consumer's partitions from their current leaders: one
+    /// request per leader in flight, each re-sent as soon as it is answered,
+    /// so a silent leader holds up only its own partitions. A failure
+    /// re-routes the partitions it concerned after a metadata refresh.
     async fn run(mut self) -> anyhow::Result<()> {
-        let decompressed_bytes_max = 64 << 20;
+        let mut rounds: tokio::task::JoinSet<FetchRound> = tokio::task::JoinSet::new();
+        let mut busy: std::collections::HashSet<i32> = std::collections::HashSet::new();
         while !self.stop.load(Ordering::Relaxed) {
-            let entries: Vec<FetchEntry> = self
-                .partitions
-                .iter()
-                .map(|(p, offset)| FetchEntry {
-                    topic: self.config.topic.clone(),
-                    partition: *p,
-                    fetch_offset: *offset,
-                    max_bytes: FETCH_PARTITION_BYTES_MAX,
-                })
-                .collect();
-            let body = messages::fetch_request(FETCH_WAIT_MS, 1, FETCH_BYTES_MAX, &entries);
-            let response = match self.connection.request(ApiKey::Fetch, &body, &[]).await {
-                Ok(r) => r,
-                Err(_) if self.stop.load(Ordering::Relaxed) => return Ok(()),
-                Err(e) => return Err(e).context("fetch"),
-            };
-            let payload = response.payload();
-            let fetched = messages::fetch_response(response.body(), &payload)?;
-            let now_us = wall_us();
-            let stats = self.stats.clone();
-            let mut local = stats.lock().expect("stats lock");
-            let mut history = Vec::new();
-            for partition in fetched {
-                if partition.error != ErrorCode::None {
-                    bail!(
-                        "fetch {}-{}: {}",
-                        partition.topic,
-                        partition.partition,
-                        partition.error
-                    );
-                }
-                let Some(position) = self
-                    .partitions
-                    .iter_mut()
-                    .find(|(p, _)| *p == partition.partition)
-                else {
+            let groups = self.by_leader(&busy);
+            let routed: usize = groups.values().map(Vec::len).sum();
+            if routed + busy.len() < self.partitions.len() {
+                self.refresher.request();
+            }
+            for (address, partitions) in groups {
+                let Ok(connection) = self.cluster.connection(&address).await else {
+                    self.refresher.request();
                     continue;
                 };
-                let mut rest = &partition.records[..];
-                while !rest.is_empty() {
-                    let (batch, used) =
-                        RecordBatch::parse_prefix(rest, 64 << 20).context("fetched batch")?;
-                    rest = &rest[used..];
-                    let section = batch
-                        .records_section(decompressed_bytes_max)
-                        .context("records")?;
-                    for record in section.iter() {
-                        let record = record.context("record")?;
-                        if record.offset.0 < position.1 {
-                            continue;
-                        }
-                        let value = record.value.unwrap_or_default();
-                        let header =
-                            decode_header(self.config.payload, value).context("payload header")?;
-                        local.record_consume(value.len() as u64, now_us, header.send_time_us);
-                        if self.consumed.is_some() {
-                            history.push(HistoryRecord::new(
-                                partition.partition as u32,
-                                record.offset.0 as u64,
-                                header.value_id,
-                            ));
-                        }
-                        position.1 = record.offset.0 + 1;
-                    }
-                }
+                let entries: Vec<FetchEntry> = partitions
+                    .iter()
+                    .map(|&p| FetchEntry {
+                        topic: self.config.topic.clone(),
+                        partition: p,
+                        fetch_offset: self.position(p),
+                        max_bytes: FETCH_PARTITION_BYTES_MAX,
+                    })
+                    .collect();
+                let body = messages::fetch_request(FETCH_WAIT_MS, 1, FETCH_BYTES_MAX, &entries);
+                busy.extend(&partitions);
+                rounds.spawn(async move {
+                    let bound = Duration::from_millis(FETCH_ROUND_TRIP_MS_MAX);
+                    let response =
+                        tokio::time::timeout(bound, connection.request(ApiKey::Fetch, &body, &[]))
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(client::ClientError::RequestTimeout {
+                                    address,
+                                    timeout_ms: FETCH_ROUND_TRIP_MS_MAX,
+                                })
+                            });
+                    (partitions, response)
+                });
             }
-            drop(local);
-            if let Some(consumed) = &self.consumed {
-                consumed.lock().expect("history lock").extend(history);
+            let Some(round) = rounds.join_next().await else {
+                // Nothing routable: wait for the metadata to name leaders.
+                self.refresher.request();
+                tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+                continue;
+            };
+            let (partitions, response) = round.context("fetch task")?;
+            for p in &partitions {
+                busy.remove(p);
+            }
+            let trouble = match response {
+                Ok(response) => self.take(&response)?,
+                Err(_) if self.stop.load(Ordering::Relaxed) => return Ok(()),
+                Err(_) => true,
+            };
+            if trouble {
+                self.refresher.request();
+                tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
             }
         }
+        rounds.abort_all();
         Ok(())
+    }
+
+    fn position(&self, partition: i32) -> i64 {
+        self.partitions
+            .iter()
+            .find(|(p, _)| *p == partition)
+            .map_or(0, |(_, o)| *o)
+    }
+
+    /// This consumer's partitions not in a fetch now, grouped by their
+    /// leader's shard address in the cached metadata; leaderless ones wait
+    /// for a refresh.
+    fn by_leader(&self, busy: &std::collections::HashSet<i32>) -> BTreeMap<String, Vec<i32>> {
+        let metadata = self.cluster.metadata();
+        let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for &(partition, _) in self.partitions.iter().filter(|(p, _)| !busy.contains(p)) {
+            if let Ok(address) = metadata.leader_address(&self.config.topic, partition) {
+                by_leader.entry(address).or_default().push(partition);
+            }
+        }
+        by_leader
+    }
+
+    /// Takes in one fetch response; true when some partition needs its
+    /// leader looked up again.
+    fn take(&mut self, response: &client::Response) -> anyhow::Result<bool> {
+        let decompressed_bytes_max = 64 << 20;
+        let payload = response.payload();
+        let fetched = messages::fetch_response(response.body(), &payload)?;
+        let now_us = wall_us();
+        let stats = self.stats.clone();
+        let mut local = stats.lock().expect("stats lock");
+        let mut history = Vec::new();
+        let mut trouble = false;
+        for partition in fetched {
+            if partition.error != ErrorCode::None {
+                // A leader moved, a broker is catching up or stopping: ride
+                // through it. Anything else is counted and retried too; the
+                // read-back after the run is what judges the log.
+                self.counters.fetch_errors.fetch_add(1, Ordering::Relaxed);
+                trouble = true;
+                continue;
+            }
+            let Some(position) = self
+                .partitions
+                .iter_mut()
+                .find(|(p, _)| *p == partition.partition)
+            else {
+                continue;
+            };
+            let mut rest = &partition.records[..];
+            while !rest.is_empty() {
+                let (batch, used) =
+                    RecordBatch::parse_prefix(rest, 64 << 20).context("fetched batch")?;
+                rest = &rest[used..];
+                let section = batch
+                    .records_section(decompressed_bytes_max)
+                    .context("records")?;
+                for record in section.iter() {
+                    let record = record.context("record")?;
+                    if record.offset.0 < position.1 {
+                        continue;
+                    }
+                    let value = record.value.unwrap_or_default();
+                    let header =
+                        decode_header(self.config.payload, value).context("payload header")?;
+                    local.record_consume(value.len() as u64, now_us, header.send_time_us);
+                    if self.consumed.is_some() {
+                        history.push(HistoryRecord::new(
+                            partition.partition as u32,
+                            record.offset.0 as u64,
+                            header.value_id,
+                        ));
+                    }
+                    position.1 = record.offset.0 + 1;
+                }
+            }
+        }
+        drop(local);
+        if let Some(consumed) = &self.consumed {
+            consumed.lock().expect("history lock").extend(history);
+        }
+        Ok(trouble)
     }
 }

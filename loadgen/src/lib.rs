@@ -5,7 +5,8 @@
 //! and `keys` make the records, `histograms` records latencies per worker
 //! and merges them per interval, `progress` prints the per-second line,
 //! `report` writes result.json, .hgrm files and report.html, and `verify`
-//! checks the acked/consumed history.
+//! checks the acked/consumed history; `readback` reads a whole topic back
+//! after a run.
 
 pub mod driver;
 pub mod histograms;
@@ -13,6 +14,7 @@ pub mod keys;
 pub mod payload;
 pub mod plan;
 pub mod progress;
+pub mod readback;
 pub mod report;
 pub mod report_html;
 pub mod run_config;

@@ -12,7 +12,7 @@ use loadgen::keys::KeySpec;
 use loadgen::payload::PayloadKind;
 use loadgen::plan::{Plan, PlanInput};
 use loadgen::report::{render_latency_table, write_report_dir};
-use loadgen::run_config::{Acks, Compression, RunConfig, RunFlags, Scenario};
+use loadgen::run_config::{parse_topic_config, Acks, Compression, RunConfig, RunFlags, Scenario};
 use loadgen::units::{parse_bandwidth_bytes_per_s, parse_duration_ms, parse_size_bytes};
 use loadgen::verify::{parse_history, verify};
 
@@ -51,6 +51,31 @@ enum Command {
     Run(Box<RunArgs>),
     /// Check an acked/consumed history for lost, duplicated and reordered records.
     Verify(VerifyArgs),
+    /// Read a topic back from its earliest offset (as a fresh consumer would
+    /// after a restart) and check it against an acknowledged history.
+    Readback(ReadbackArgs),
+}
+
+#[derive(Debug, Args)]
+struct ReadbackArgs {
+    /// Brokers to bootstrap from, HOST:PORT, comma-separated.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    #[arg(long, default_value = "loadgen")]
+    topic: String,
+    /// The run's payload kind: random or json.
+    #[arg(long, default_value = "random")]
+    payload: PayloadKind,
+    /// Write what was read as `partition offset value_id` lines here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// An acknowledged history (acked.txt of a run with --history-dir) to
+    /// check the read-back against.
+    #[arg(long)]
+    acked: Option<PathBuf>,
+    /// Give up after this long: 60s, 5m.
+    #[arg(long, default_value = "60s", value_parser = parse_duration_ms)]
+    timeout: u64,
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +173,16 @@ struct RunArgs {
     /// Record the acked/consumed history and check it at the end.
     #[arg(long)]
     verify: bool,
+    /// Retry a batch that failed with a retriable error for this long: 2m,
+    /// 30s; 0 sends each batch once [default: 2m].
+    #[arg(long, value_parser = parse_duration_ms)]
+    delivery_timeout: Option<u64>,
+    /// A config of the topic when the run creates it, key=value; repeatable.
+    #[arg(long = "topic-config", value_parser = parse_topic_config)]
+    topic_configs: Vec<(String, String)>,
+    /// With --verify: write acked.txt and consumed.txt here.
+    #[arg(long)]
+    history_dir: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -173,6 +208,9 @@ impl RunArgs {
             seed: self.seed,
             scenario: self.scenario,
             verify: self.verify,
+            delivery_timeout_ms: self.delivery_timeout,
+            topic_configs: self.topic_configs,
+            history_dir: self.history_dir,
         }
     }
 }
@@ -196,6 +234,7 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan(args),
         Command::Run(args) => run(*args),
         Command::Verify(args) => verify_command(args),
+        Command::Readback(args) => readback_command(args),
     }
 }
 
@@ -252,6 +291,10 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         counters.errors,
         counters.consumed_messages
     );
+    println!(
+        "longest partition unavailability {} ms · batches retried {} · fetch errors ridden through {}",
+        outcome.longest_ack_gap_ms, outcome.retried_batches, outcome.fetch_errors
+    );
     let files = write_report_dir(&report_dir, &workload, &outcome.recorder)?;
     for file in &files {
         println!("wrote {}", file.display());
@@ -291,6 +334,43 @@ fn verify_command(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", report.render_text());
     }
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_VERIFY_ANOMALIES)
+    })
+}
+
+fn readback_command(args: ReadbackArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_THREADS)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let read = runtime.block_on(loadgen::readback::read_back(
+        &args.bootstrap,
+        &args.topic,
+        args.payload,
+        std::time::Duration::from_millis(args.timeout),
+    ))?;
+    println!("read back {} records of {}", read.len(), args.topic);
+    if let Some(out) = &args.out {
+        let dir = out.parent().unwrap_or(std::path::Path::new("."));
+        let name = out
+            .file_name()
+            .context("--out names a file")?
+            .to_string_lossy()
+            .into_owned();
+        loadgen::driver::write_history(dir, &name, &read)?;
+    }
+    let Some(acked) = &args.acked else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let text =
+        std::fs::read_to_string(acked).with_context(|| format!("reading {}", acked.display()))?;
+    let acked = parse_history(&text).with_context(|| format!("parsing {}", acked.display()))?;
+    let report = verify(&acked, &read);
+    print!("{}", report.render_text());
     Ok(if report.is_clean() {
         ExitCode::SUCCESS
     } else {

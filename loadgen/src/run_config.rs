@@ -23,6 +23,9 @@ pub const BATCH_BYTES_MAX: u64 = 16 * 1024 * 1024;
 pub const LINGER_MS_MAX: u64 = 10_000;
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 pub const BOOTSTRAP_ADDRESSES_MAX: usize = 64;
+pub const TOPIC_CONFIGS_MAX: usize = 64;
+/// Kafka's `delivery.timeout.ms` default: how long a batch is retried.
+pub const DELIVERY_TIMEOUT_MS_DEFAULT: u64 = 120_000;
 
 /// Why a run flag was rejected; each names its flag.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -176,6 +179,10 @@ pub struct RunFlags {
     pub seed: Option<u64>,
     pub scenario: Option<Scenario>,
     pub verify: bool,
+    pub delivery_timeout_ms: Option<u64>,
+    /// `key=value` topic configs used when the run creates the topic.
+    pub topic_configs: Vec<(String, String)>,
+    pub history_dir: Option<PathBuf>,
 }
 
 impl RunFlags {
@@ -202,6 +209,13 @@ impl RunFlags {
             seed: self.seed.or(fallback.seed),
             scenario: self.scenario.or(fallback.scenario),
             verify: self.verify || fallback.verify,
+            delivery_timeout_ms: self.delivery_timeout_ms.or(fallback.delivery_timeout_ms),
+            topic_configs: if self.topic_configs.is_empty() {
+                fallback.topic_configs
+            } else {
+                self.topic_configs
+            },
+            history_dir: self.history_dir.or(fallback.history_dir),
         }
     }
 }
@@ -229,6 +243,9 @@ fn defaults() -> RunFlags {
         seed: None,
         scenario: None,
         verify: false,
+        delivery_timeout_ms: Some(DELIVERY_TIMEOUT_MS_DEFAULT),
+        topic_configs: Vec::new(),
+        history_dir: None,
     }
 }
 
@@ -271,6 +288,15 @@ pub struct RunConfig {
     pub scenario: Option<Scenario>,
     /// Record acked and consumed (partition, offset, value id) and check them.
     pub verify: bool,
+    /// How long a produce that failed with a retriable error (leader moved,
+    /// broker unreachable, timed out) is retried, as Kafka's
+    /// `delivery.timeout.ms`; 0 sends each batch once. 0..=24 h.
+    pub delivery_timeout_ms: u64,
+    /// Configs of the topic when the run creates it; at most 64.
+    pub topic_configs: Vec<(String, String)>,
+    /// With `verify`: where `acked.txt` and `consumed.txt` are written
+    /// (`partition offset value_id` per line), for `ringlog-loadgen verify`.
+    pub history_dir: Option<PathBuf>,
 }
 
 fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
@@ -307,6 +333,9 @@ impl RunConfig {
             seed: f.seed.unwrap_or(seed_fallback),
             scenario: f.scenario,
             verify: f.verify,
+            delivery_timeout_ms: f.delivery_timeout_ms.expect("defaulted"),
+            topic_configs: f.topic_configs,
+            history_dir: f.history_dir,
         };
         config.validate()?;
         Ok(config)
@@ -354,6 +383,21 @@ impl RunConfig {
             BATCH_BYTES_MAX,
         )?;
         check("linger-ms", self.linger_ms, 0, LINGER_MS_MAX)?;
+        check(
+            "delivery-timeout",
+            self.delivery_timeout_ms,
+            0,
+            DURATION_MS_MAX,
+        )?;
+        if self.topic_configs.len() > TOPIC_CONFIGS_MAX {
+            return Err(invalid(
+                "topic-config",
+                format!("at most {TOPIC_CONFIGS_MAX} entries"),
+            ));
+        }
+        if self.history_dir.is_some() && !self.verify {
+            return Err(invalid("history-dir", "needs --verify"));
+        }
         if self.verify && self.consumers == 0 {
             return Err(invalid(
                 "verify",
@@ -445,6 +489,14 @@ fn parse_bootstrap(text: &str) -> Result<Vec<String>, RunConfigError> {
         }
     }
     Ok(addresses)
+}
+
+/// Parses one `--topic-config key=value`.
+pub fn parse_topic_config(input: &str) -> Result<(String, String), String> {
+    match input.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{input:?}: expected key=value")),
+    }
 }
 
 #[cfg(test)]
