@@ -20,7 +20,9 @@ const READBACK_FETCH_BYTES_MAX: i32 = 16 << 20;
 const READBACK_RETRY_MS: u64 = 200;
 
 /// Every record of `topic` from the earliest offset up to each partition's
-/// high watermark at the time it is asked, within `timeout`.
+/// end, within `timeout`. A partition's end is taken once its leader's high
+/// watermark reached its log end (the high watermark is learned again after a
+/// restart, so reading up to an early one would miss committed records).
 pub async fn read_back(
     bootstrap: &str,
     topic: &str,
@@ -68,8 +70,8 @@ async fn offsets(
 ) -> anyhow::Result<(i64, i64)> {
     loop {
         let earliest = list_offset(cluster, topic, partition, messages::TIMESTAMP_EARLIEST).await;
-        let latest = list_offset(cluster, topic, partition, messages::TIMESTAMP_LATEST).await;
-        if let (Ok(start), Ok(end)) = (earliest, latest) {
+        let settled = settled_end(cluster, topic, partition).await;
+        if let (Ok(start), Ok(Some(end))) = (earliest, settled) {
             return Ok((start, end));
         }
         if Instant::now() >= deadline {
@@ -78,6 +80,30 @@ async fn offsets(
         let _ = cluster.refresh_metadata().await;
         tokio::time::sleep(Duration::from_millis(READBACK_RETRY_MS)).await;
     }
+}
+
+/// The leader's high watermark if it equals its log end, from an empty
+/// fetch (whose answer carries both).
+async fn settled_end(
+    cluster: &Cluster,
+    topic: &str,
+    partition: i32,
+) -> anyhow::Result<Option<i64>> {
+    let connection = cluster.leader_connection(topic, partition).await?;
+    let entry = FetchEntry {
+        topic: topic.to_owned(),
+        partition,
+        fetch_offset: list_offset(cluster, topic, partition, messages::TIMESTAMP_LATEST).await?,
+        max_bytes: 1,
+    };
+    let body = messages::fetch_request(0, 1, 1, &[entry]);
+    let response = connection.request(ApiKey::Fetch, &body, &[]).await?;
+    let bytes = response.payload();
+    let fetched = messages::fetch_response(response.body(), &bytes)?;
+    Ok(fetched
+        .first()
+        .filter(|p| p.error == ErrorCode::None && p.high_watermark == p.log_end_offset)
+        .map(|p| p.high_watermark))
 }
 
 async fn list_offset(
