@@ -1275,6 +1275,8 @@ impl Shard {
                     .map_err(|e| self.log_error(e))?;
                 if done {
                     self.after_cut(key, replica, start);
+                    // Everything below the leader's log start is committed.
+                    replica.high_watermark.set(start);
                 }
                 Ok(())
             }

@@ -202,3 +202,72 @@ fn metrics_endpoint_reports_every_shard() {
         "{text}"
     );
 }
+
+/// The sum of one metric over every shard, from the admin port.
+fn metric_sum(broker: &Broker, name: &str) -> i64 {
+    use std::io::{Read, Write};
+    let mut http = std::net::TcpStream::connect(("127.0.0.1", broker.port + 64)).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    http.read_to_string(&mut text).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
+}
+
+/// A fetch long poll over several partitions, on both shards, stops waiting
+/// on every one of them as soon as its response goes: no wait outlives the
+/// response (they used to linger until the request's 30 s max wait, one
+/// detached waiter per partition).
+#[test]
+fn a_long_poll_leaves_no_waits_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&dir.path().join("data"), 2);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("w", 4, &[]), ErrorCode::None);
+    let shards: Vec<u16> = client
+        .partition_shards("w")
+        .iter()
+        .map(|(_, s)| *s)
+        .collect();
+    assert!(
+        shards.contains(&0) && shards.contains(&1),
+        "both shards: {shards:?}"
+    );
+    for partition in 0..4 {
+        assert_eq!(
+            client.produce("w", partition, &batch(1, 5, 1, 10), 1).0,
+            ErrorCode::None
+        );
+    }
+    // Tailing all four at their end: nothing to read, so the poll waits.
+    let mut poller = Client::connect(broker.addr()).unwrap();
+    let id = poller.send_fetch_many("w", &[(0, 5), (1, 5), (2, 5), (3, 5)], 30_000);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while metric_sum(&broker, "ringlog_fetch_waiters") < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the poll never waited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        client.produce("w", 0, &batch(2, 5, 1, 10), 1).0,
+        ErrorCode::None
+    );
+    let (got, _) = poller.receive().unwrap();
+    assert_eq!(got, id);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let waiting = metric_sum(&broker, "ringlog_fetch_waiters");
+        if waiting == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{waiting} waits outlived the response"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

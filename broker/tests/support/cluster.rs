@@ -385,6 +385,55 @@ impl Client {
         )
     }
 
+    /// Sends (without waiting for the answer) one fetch over `partitions`
+    /// (partition, offset) of `topic`; returns the correlation id.
+    pub fn send_fetch_many(
+        &mut self,
+        topic: &str,
+        partitions: &[(i32, i64)],
+        max_wait_ms: i32,
+    ) -> u32 {
+        let mut fbb = FlatBufferBuilder::new();
+        let entries: Vec<_> = partitions
+            .iter()
+            .map(|&(partition, offset)| {
+                wire::FetchPartition::create(
+                    &mut fbb,
+                    &wire::FetchPartitionArgs {
+                        partition,
+                        fetch_offset: offset,
+                        max_bytes: 1 << 20,
+                        current_leader_epoch: -1,
+                        last_fetched_epoch: -1,
+                    },
+                )
+            })
+            .collect();
+        let entries = fbb.create_vector(&entries);
+        let name = fbb.create_string(topic);
+        let t = wire::FetchTopic::create(
+            &mut fbb,
+            &wire::FetchTopicArgs {
+                name: Some(name),
+                partitions: Some(entries),
+            },
+        );
+        let topics = fbb.create_vector(&[t]);
+        let root = wire::FetchRequest::create(
+            &mut fbb,
+            &wire::FetchRequestArgs {
+                replica_id: -1,
+                replica_epoch: -1,
+                max_wait_ms,
+                min_bytes: 1,
+                max_bytes: 64 << 20,
+                topics: Some(topics),
+            },
+        );
+        fbb.finish_minimal(root);
+        self.send(ApiKey::Fetch, fbb.finished_data(), &[]).unwrap()
+    }
+
     pub fn list_offset(
         &mut self,
         topic: &str,
