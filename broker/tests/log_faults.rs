@@ -139,7 +139,10 @@ fn reads_racing_a_truncation_answer_from_the_new_log() {
     // Small batch bound: a timestamp lookup over this log needs many windows,
     // so truncations land between them.
     let config = LogConfig {
-        segment_size_bytes: 8 << 20,
+        segment_size_bytes: 64 << 20,
+        // One index entry per segment: a lookup walks the segment window by
+        // window, so the truncation lands between two of its reads.
+        index_interval_bytes: 64 << 20,
         ..small_config()
     };
     let dir = tempfile::tempdir().unwrap();
@@ -149,16 +152,17 @@ fn reads_racing_a_truncation_answer_from_the_new_log() {
         let log = open(dir.path(), config, &clock).await;
         for round in 0..30i64 {
             let end = log.log_end_offset();
-            let cut = Offset(end.0 - 40);
+            // Cut 50 batches off the end of the one segment while a lookup
+            // of a timestamp just above the cut walks towards it.
+            let cut = Offset(end.0 - 200);
+            let target_ms = 1_000 + (end.0 / 4 - 20) * 10;
             let (reader, looker) = (log.clone(), log.clone());
             let read =
                 runtime::spawn(async move { reader.read(Offset(end.0 - 400), 1 << 20, end).await });
-            let lookup = runtime::spawn(async move {
-                looker
-                    .offset_for_timestamp(1_000 + (end.0 / 4 - 5) * 10)
-                    .await
-            });
-            runtime::yield_now().await;
+            let lookup =
+                runtime::spawn(async move { looker.offset_for_timestamp(target_ms).await });
+            // Let both start and issue their first reads.
+            futures_lite::future::yield_now().await;
             let new_end = log.truncate_to(cut).await.unwrap();
             assert!(new_end <= cut, "round {round}");
             let read = read.await;
