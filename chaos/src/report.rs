@@ -8,9 +8,9 @@ use crate::scenario::Outcome;
 pub fn markdown(outcomes: &[Outcome]) -> String {
     let mut out = String::new();
     out.push_str(
-        "| scenario | result | acknowledged | lost | duplicated | offsets with two values | vanished reads | longest unavailability | batches retried | verify-log | problems |\n",
+        "| scenario | result | sent | acknowledged | lost | duplicated | offsets with two values | vanished reads | longest unavailability | batches retried | verify-log | problems |\n",
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for o in outcomes {
         let result = match (&o.skipped, o.passed()) {
             (Some(why), _) => format!("skipped ({why})"),
@@ -24,8 +24,9 @@ pub fn markdown(outcomes: &[Outcome]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {result} | {} | {} | {} | {} | {} | {} ms | {} | {verify_log} | {} |",
+            "| {} | {result} | {} | {} | {} | {} | {} | {} | {} ms | {} | {verify_log} | {} |",
             o.scenario,
+            o.published,
             o.counts.acknowledged,
             o.counts.lost,
             o.counts.duplicated,

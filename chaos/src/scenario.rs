@@ -125,6 +125,10 @@ pub struct Outcome {
     pub scenario: String,
     pub skipped: Option<String>,
     pub counts: ReadBackCounts,
+    /// Records the producers sent, and those that failed for good (not
+    /// acknowledged within the delivery timeout, or not retriable).
+    pub published: u64,
+    pub send_errors: u64,
     /// The longest any partition went without an acknowledgement.
     pub longest_unavailability_ms: u64,
     pub retried_batches: u64,
@@ -210,6 +214,9 @@ async fn run_cluster(
         .await?
         .map_err(|_| anyhow::anyhow!("the load generator panicked"))??;
     outcome.longest_unavailability_ms = run.longest_ack_gap_ms;
+    let totals = run.recorder.all_counters();
+    outcome.published = totals.published_messages;
+    outcome.send_errors = totals.errors;
     outcome.retried_batches = run.retried_batches;
     outcome.problems.extend(cluster.crashes());
 
