@@ -3,14 +3,21 @@
 
 use std::fmt;
 
-/// When appended bytes are forced to stable storage.
+/// When appended bytes are forced to stable storage, and so what an
+/// acknowledgement (acks=1 or acks=all) waits for. Under every policy an
+/// acknowledged record has at least reached the file (a completed direct
+/// write), so a crash of the broker process never loses it; the policies
+/// differ in what a power loss may cost (docs/design/2026-11-30-durability.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlushPolicy {
-    /// fdatasync before an append is reported durable; concurrent appends share one sync.
+    /// fdatasync before an append is acknowledged; concurrent appends share one
+    /// sync (group commit). A power loss loses nothing acknowledged.
     Always,
-    /// fdatasync at most this often; acknowledgements do not wait for it.
+    /// fdatasync at most this often; acknowledgements wait for the write, not
+    /// the sync. A power loss may lose up to this much of what was written.
     IntervalMs(u64),
-    /// Never fdatasync except when a segment rolls or the log closes.
+    /// fdatasync only when a segment rolls or the log closes; acknowledgements
+    /// wait for the write. A power loss may lose everything since the last roll.
     None,
 }
 
