@@ -12,7 +12,7 @@ use bytes::Bytes;
 use protocol::record_batch::{field, stamp};
 use protocol::{LeaderEpoch, Offset};
 
-use crate::shard::{Chunks, PartitionKey};
+use crate::partition::{Chunks, PartitionKey};
 
 /// Bytes of the batch header that stamping rewrites (base offset, length, epoch).
 const STAMPED_PREFIX_BYTES: usize = field::MAGIC;

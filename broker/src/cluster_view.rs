@@ -20,6 +20,8 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 200;
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// Topic config entries in one request.
 pub const TOPIC_CONFIGS_MAX: usize = 64;
+/// Topic config: in-sync replicas acks=all needs.
+pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 
 /// A topic creation as requested, before validation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -284,7 +286,7 @@ pub fn topic_log_config(
                 "true" | "false" => {}
                 _ => return Err(invalid("expected true or false")),
             },
-            crate::shard::MIN_INSYNC_REPLICAS => {
+            MIN_INSYNC_REPLICAS => {
                 if number()? < 1 {
                     return Err(invalid("must be at least 1"));
                 }
@@ -303,6 +305,15 @@ pub fn topic_log_config(
 }
 
 /// Directory of one partition replica under the data dir.
+/// `min.insync.replicas` of a topic, 1 when unset.
+pub fn min_insync(config: &BTreeMap<String, String>) -> usize {
+    config
+        .get(MIN_INSYNC_REPLICAS)
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
     data_dir.join("topics").join(format!("{topic}-{partition}"))
 }

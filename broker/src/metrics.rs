@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use protocol::ApiKey;
 
-use crate::shard::PartitionKey;
+use crate::partition::PartitionKey;
 
 /// Upper bounds of the latency buckets, in microseconds.
 const LATENCY_BUCKETS_US: [u64; 14] = [

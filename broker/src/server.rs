@@ -145,24 +145,26 @@ async fn run_shard(
     // awaited: a metadata long poll would hold the exit for seconds.
     let mut links = Vec::new();
     if shard_id == METADATA_SHARD {
-        links.push(runtime::spawn(crate::controller_link::run_session(
+        links.push(runtime::spawn(crate::shard::controller_link::run_session(
             shard.clone(),
             config.controllers.clone(),
         )));
-        links.push(runtime::spawn(crate::controller_link::run_metadata(
+        links.push(runtime::spawn(crate::shard::controller_link::run_metadata(
             shard.clone(),
             config.controllers.clone(),
         )));
     }
     // Serve only once the metadata says this broker is a live member: before
     // that it would answer with an empty or stale picture of the cluster.
-    let waiting_since = std::time::Instant::now();
+    let clock = shard.clock().clone();
+    let waiting_since = clock.monotonic();
     let mut last_note = waiting_since;
     while !shard.is_serving() && !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        runtime::timeout(Duration::from_millis(50), shard.serving.wait_at_least(1)).await;
-        if shard_id == METADATA_SHARD && last_note.elapsed() >= Duration::from_secs(5) {
-            last_note = std::time::Instant::now();
-            tracing::warn!(waited_ms = waiting_since.elapsed().as_millis() as u64, controllers = ?config.controllers, "still waiting for the controller to register and unfence this broker");
+        runtime::timeout(Duration::from_millis(50), shard.serving().wait_at_least(1)).await;
+        let now = clock.monotonic();
+        if shard_id == METADATA_SHARD && now.saturating_sub(last_note) >= Duration::from_secs(5) {
+            last_note = now;
+            tracing::warn!(waited_ms = now.saturating_sub(waiting_since).as_millis() as u64, controllers = ?config.controllers, "still waiting for the controller to register and unfence this broker");
         }
     }
     let main = Listener::bind(config.listen)
@@ -182,16 +184,16 @@ async fn run_shard(
     tracing::info!(
         shard = shard_id,
         port = config.shard_port(shard_id),
-        partitions = shard.replicas.borrow().len(),
+        partitions = shard.replica_count(),
         "shard ready"
     );
     shards::wait_for_stop(&stop, Duration::from_millis(50)).await;
     tracing::info!(shard = shard_id, "stopping: handing leadership over");
     shard
-        .hand_over(std::time::Instant::now() + Duration::from_millis(CONTROLLED_SHUTDOWN_MS_MAX))
+        .hand_over(clock.monotonic() + Duration::from_millis(CONTROLLED_SHUTDOWN_MS_MAX))
         .await;
     tracing::info!(shard = shard_id, "stopping: draining connections");
-    shard.stopping.set(true);
+    shard.stop();
     for link in links {
         link.cancel().await;
     }

@@ -1,13 +1,17 @@
 //! The follower truncation protocol against a simulated history of leader
 //! changes: replicas append as leaders, leadership moves to any replica with
-//! a new epoch, and a follower syncs with the leader by the same rules the
-//! broker uses (last fetched epoch → the leader's end of that epoch → cut →
-//! copy). After every sync the follower holds exactly the leader's records,
+//! a new epoch, and a follower syncs with the leader through the functions
+//! the broker runs (`replication::leader::check_follower_fetch` on the
+//! leader, `replication::follower::decide` on the follower: last fetched
+//! epoch → the leader's end of that epoch → cut → copy). After every sync the follower holds exactly the leader's records,
 //! compared by record identity, not just by epochs, and it never cut a
 //! record it shared with the leader.
 
-use broker::replication::epochs::{truncation_offset, EpochHistory};
+use broker::replication::epochs::EpochHistory;
+use broker::replication::follower::{decide, FollowerAction, LeaderAnswer};
+use broker::replication::leader::{check_follower_fetch, FollowerFetch, FollowerFetchCheck};
 use proptest::prelude::*;
+use protocol::ErrorCode;
 
 #[derive(Clone, Debug, Default)]
 struct Replica {
@@ -33,33 +37,67 @@ impl Replica {
     }
 }
 
-/// The follower's side of replica fetches until it matches the leader;
-/// returns the shortest the follower's log got on the way.
-fn sync(follower: &mut Replica, leader: &Replica) -> usize {
+/// Replica fetches until the follower matches the leader, each decided by
+/// the code the broker runs: the leader's `check_follower_fetch`, then the
+/// follower's `decide` on the answer. Returns the shortest the follower's log
+/// got on the way.
+fn sync(follower: &mut Replica, leader: &Replica, leader_epoch: i32) -> usize {
     let mut shortest = follower.log.len();
     let mut rounds = 0;
     loop {
         rounds += 1;
         assert!(rounds < 64, "sync does not converge");
         let fetch_offset = follower.end();
-        if let Some(last_epoch) = follower.history.latest_epoch() {
-            let (epoch, end) = leader.history.end_offset_for(last_epoch, leader.end());
-            if end < fetch_offset || epoch < last_epoch {
-                let cut = truncation_offset(&follower.history, follower.end(), epoch, end);
-                assert!(cut <= follower.end());
+        let fetch = FollowerFetch {
+            broker_id: 2,
+            broker_epoch: 1,
+            current_leader_epoch: leader_epoch,
+            last_fetched_epoch: follower.history.latest_epoch().unwrap_or(-1),
+        };
+        let mut answer = LeaderAnswer {
+            error: ErrorCode::None,
+            high_watermark: 0,
+            log_start_offset: 0,
+            log_end_offset: leader.end(),
+            diverging: None,
+        };
+        match check_follower_fetch(
+            leader_epoch,
+            &fetch,
+            fetch_offset,
+            &leader.history,
+            leader.end(),
+        ) {
+            FollowerFetchCheck::Refuse(code, why) => {
+                panic!("refused at its own epoch: {code:?} {why}")
+            }
+            FollowerFetchCheck::Diverging { epoch, end_offset } => {
+                answer.diverging = Some((epoch, end_offset));
+            }
+            // The leader's read: past its end is out of range.
+            FollowerFetchCheck::Serve if fetch_offset > leader.end() => {
+                answer.error = ErrorCode::OffsetOutOfRange;
+            }
+            FollowerFetchCheck::Serve => {}
+        }
+        match decide(&answer, follower.end(), &follower.history) {
+            FollowerAction::Truncate(cut) => {
+                assert!(cut <= follower.end(), "a cut never extends the log");
                 follower.truncate(cut);
                 shortest = shortest.min(follower.log.len());
-                continue;
             }
+            FollowerAction::Append => {
+                assert!(
+                    fetch_offset <= leader.end(),
+                    "a follower past the leader's end must have been found diverging"
+                );
+                for &(epoch, id) in &leader.log[fetch_offset as usize..] {
+                    follower.append(epoch, id);
+                }
+                return shortest;
+            }
+            other => panic!("unexpected follower action {other:?} at {fetch_offset}"),
         }
-        assert!(
-            fetch_offset <= leader.end(),
-            "a follower past the leader's end must have been found diverging"
-        );
-        for &(epoch, id) in &leader.log[fetch_offset as usize..] {
-            follower.append(epoch, id);
-        }
-        return shortest;
     }
 }
 
@@ -117,7 +155,7 @@ proptest! {
                         .zip(&leader_copy.log)
                         .take_while(|(a, b)| a == b)
                         .count();
-                    let shortest = sync(&mut replicas[r], &leader_copy);
+                    let shortest = sync(&mut replicas[r], &leader_copy, epoch);
                     prop_assert_eq!(&replicas[r].log, &leader_copy.log);
                     // Records both had were never cut and fetched again.
                     prop_assert!(shortest >= common, "cut to {} below the common prefix {}", shortest, common);

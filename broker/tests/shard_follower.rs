@@ -7,7 +7,9 @@
 //!   starts over there (it used to retry forever);
 //! - a follower that becomes leader while it cuts a diverged suffix keeps its
 //!   log (the cut used to go ahead on the new leader's log);
-//! - an older role arriving after a newer one is ignored.
+//! - an older role arriving after a newer one is ignored;
+//! - `desired_replicas`, the pure half of reconciling, places each replica
+//!   on its broker and shard with the role the view gives it.
 
 mod support;
 
@@ -19,14 +21,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use broker::config::{BrokerConfig, FileConfig};
-use broker::replication::fetcher::Fetched;
-use broker::shard::{MeshMessage, PartitionKey, Replica, Shard};
+use broker::partition::PartitionKey;
+use broker::shard::{MeshMessage, Replica, Shard};
 use bytes::Bytes;
 use controller::messages::{BrokerView, ImageView, MetadataUpdate};
 use controller::{
     BrokerEndpoints, BrokerEpoch, BrokerId, LeaderEpoch, MetadataVersion, PartitionEpoch,
     PartitionRecord, Replica as ReplicaRecord, ShardIndex, TopicId, TopicRecord,
 };
+use protocol::replica_fetch::FetchedPartition as Fetched;
 use protocol::{ErrorCode, LeaderEpoch as BatchEpoch, Offset};
 
 const ME: u32 = 1;
@@ -129,21 +132,16 @@ where
                 let config = Rc::new(config.lock().unwrap().take().expect("one shard"));
                 let clock = Rc::new(broker::clock::SystemClock);
                 let shard = Rc::new(Shard::new(0, 1, config, clock, ctx.mesh));
-                shard.broker_epoch.set(MY_EPOCH);
+                shard.set_broker_epoch(MY_EPOCH);
                 shard
                     .clone()
                     .publish_metadata(image(1, LEADER, 1, 1))
                     .await
                     .expect("metadata applies");
-                let replica = shard
-                    .replicas
-                    .borrow()
-                    .get(&key())
-                    .cloned()
-                    .expect("replica");
+                let replica = shard.replica_of(&key()).expect("replica");
                 assert!(!replica.role.borrow().leader, "a follower");
                 test(shard.clone(), replica).await;
-                shard.stopping.set(true);
+                shard.stop();
                 shard.close_all().await;
             }
         },
@@ -277,4 +275,33 @@ fn an_older_role_arriving_late_is_ignored() {
         assert!(role.leader);
         assert_eq!(role.partition_epoch, 5);
     });
+}
+
+#[test]
+fn desired_replicas_follow_the_view_for_each_broker_and_shard() {
+    use broker::cluster_view::ClusterView;
+    use broker::log::LogConfig;
+    use broker::shard::desired_replicas;
+    let mut view = ClusterView::default();
+    view.apply(image(1, LEADER, 4, 6)).expect("image applies");
+    let defaults = LogConfig::default();
+
+    let (mine, unusable) = desired_replicas(&view, &defaults, BrokerId(ME), 0);
+    assert!(unusable.is_empty());
+    let follower = &mine[&key()];
+    assert!(!follower.role.leader);
+    assert_eq!(follower.role.leader_epoch, 4);
+    assert_eq!(follower.role.partition_epoch, 6);
+    assert_eq!(follower.role.leader_endpoint.as_deref(), Some("127.0.0.1:9"));
+    assert_eq!(follower.role.replicas, vec![LEADER, ME]);
+    assert_eq!(follower.topic_id, 1);
+
+    let (theirs, _) = desired_replicas(&view, &defaults, BrokerId(LEADER), 0);
+    let leader = &theirs[&key()];
+    assert!(leader.role.leader);
+    assert_eq!(leader.role.leader_endpoint, None);
+
+    // Another shard of the broker, and a broker holding no replica.
+    assert!(desired_replicas(&view, &defaults, BrokerId(ME), 1).0.is_empty());
+    assert!(desired_replicas(&view, &defaults, BrokerId(9), 0).0.is_empty());
 }

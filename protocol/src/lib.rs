@@ -8,6 +8,7 @@ pub mod error_code;
 pub mod frame;
 pub mod ids;
 pub mod record_batch;
+pub mod replica_fetch;
 pub mod varint;
 
 #[allow(

@@ -10,7 +10,8 @@ use protocol::{wire, ErrorCode};
 
 use super::{finish, parse, HandlerResult, Reply};
 use crate::cluster_view::{TopicSpec, TOPIC_CONFIGS_MAX};
-use crate::shard::{PartitionKey, Shard, ShardOp, ShardReply, TopicOutcome, METADATA_SHARD};
+use crate::partition::PartitionKey;
+use crate::shard::{Shard, ShardOp, ShardReply, TopicOutcome, METADATA_SHARD};
 
 /// Topics in one create or delete request.
 pub const TOPICS_PER_ADMIN_REQUEST_MAX: usize = 1_000;
@@ -122,7 +123,7 @@ pub(super) async fn delete_topics(shard: &Rc<Shard>, body: &[u8]) -> HandlerResu
 }
 
 pub(super) fn list_topics(shard: &Rc<Shard>) -> HandlerResult {
-    let view = shard.view.borrow();
+    let view = shard.view();
     let mut fbb = FlatBufferBuilder::new();
     let topics: Vec<_> = view
         .topics
@@ -155,7 +156,7 @@ pub(super) fn list_topics(shard: &Rc<Shard>) -> HandlerResult {
 pub(super) async fn describe_topic(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
     let request = parse::<wire::DescribeTopicRequest>(body)?;
     let name = request.name().unwrap_or_default().to_owned();
-    let meta = shard.view.borrow().topic(&name).cloned();
+    let meta = shard.view().topic(&name).cloned();
     let mut fbb = FlatBufferBuilder::new();
     let fb_name = fbb.create_string(&name);
     let Some(meta) = meta else {

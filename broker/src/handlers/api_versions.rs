@@ -38,7 +38,7 @@ fn body(error: ErrorCode, frame_size_bytes_max: u32) -> Vec<u8> {
 
 pub(super) fn handle(shard: &Rc<Shard>) -> Reply {
     Reply::Body {
-        body: body(ErrorCode::None, shard.config.frame_size_bytes_max),
+        body: body(ErrorCode::None, shard.config().frame_size_bytes_max),
         payload: Vec::new(),
     }
 }

@@ -5,14 +5,15 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use protocol::flatbuffers::FlatBufferBuilder;
 use protocol::{wire, ErrorCode};
 
 use super::{finish, parse, HandlerResult, Reply};
+use crate::partition::PartitionKey;
 use crate::runtime::{self, Watermark};
-use crate::shard::{FetchOutcome, OpError, PartitionKey, ReplicaFetch, Shard, ShardOp, ShardReply};
+use crate::shard::{FetchOutcome, OpError, ReplicaFetch, Shard, ShardOp, ShardReply};
 
 /// Partitions in one fetch request.
 pub const FETCH_PARTITIONS_MAX: usize = 10_000;
@@ -73,7 +74,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
     let request = parse::<wire::FetchRequest>(body)?;
     let max_wait_ms = u64::try_from(request.max_wait_ms().max(0))
         .unwrap_or(0)
-        .min(shard.config.fetch_wait_ms_max);
+        .min(shard.config().fetch_wait_ms_max);
     let min_bytes = request.min_bytes().max(0) as usize;
     let response_bytes_max = request.max_bytes().max(1) as usize;
     let replica_id = request.replica_id();
@@ -107,7 +108,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
         }
         names.push(name);
     }
-    let deadline = Instant::now() + Duration::from_millis(max_wait_ms);
+    let deadline = shard.clock().monotonic() + Duration::from_millis(max_wait_ms);
     let first: Vec<_> = wanted
         .iter()
         .map(|w| {
@@ -144,7 +145,7 @@ async fn wait_for_data(
     wanted: &[Wanted],
     outcomes: &mut [FetchOutcome],
     min_bytes: usize,
-    deadline: Instant,
+    deadline: Duration,
 ) {
     let arrived: Rc<RefCell<Vec<(usize, FetchOutcome)>>> = Rc::default();
     let bytes = Rc::new(Watermark::new(0));
@@ -158,7 +159,7 @@ async fn wait_for_data(
             continue;
         }
         let wait_ms = deadline
-            .saturating_duration_since(Instant::now())
+            .saturating_sub(shard.clock().monotonic())
             .as_millis() as u64;
         let (shard, key, arrived, bytes, finished) = (
             shard.clone(),
@@ -180,7 +181,7 @@ async fn wait_for_data(
     let already: usize = outcomes.iter().map(|o| o.records.len()).sum();
     let need = min_bytes.saturating_sub(already) as i64;
     loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
+        let remaining = deadline.saturating_sub(shard.clock().monotonic());
         if finished.get() == tasks.len() || remaining.is_zero() {
             break;
         }
@@ -262,120 +263,4 @@ fn build_response(
         body: finish(fbb, root),
         payload,
     }
-}
-
-/// One partition of a follower's fetch.
-#[derive(Clone, Debug)]
-pub struct ReplicaFetchPartition {
-    pub key: PartitionKey,
-    pub fetch_offset: i64,
-    pub current_leader_epoch: i32,
-    pub last_fetched_epoch: i32,
-}
-
-/// The body of a follower's fetch (`replica_id` = its broker id).
-pub fn encode_replica_fetch(
-    replica_id: u32,
-    replica_epoch: i64,
-    max_wait_ms: i32,
-    partition_bytes_max: i32,
-    partitions: &[ReplicaFetchPartition],
-) -> Vec<u8> {
-    let mut fbb = FlatBufferBuilder::new();
-    let mut by_topic: std::collections::BTreeMap<&str, Vec<_>> = Default::default();
-    for p in partitions {
-        let entry = wire::FetchPartition::create(
-            &mut fbb,
-            &wire::FetchPartitionArgs {
-                partition: p.key.partition,
-                fetch_offset: p.fetch_offset,
-                max_bytes: partition_bytes_max,
-                current_leader_epoch: p.current_leader_epoch,
-                last_fetched_epoch: p.last_fetched_epoch,
-            },
-        );
-        by_topic
-            .entry(p.key.topic.as_str())
-            .or_default()
-            .push(entry);
-    }
-    let topics: Vec<_> = by_topic
-        .into_iter()
-        .map(|(name, entries)| {
-            let name = fbb.create_string(name);
-            let partitions = fbb.create_vector(&entries);
-            wire::FetchTopic::create(
-                &mut fbb,
-                &wire::FetchTopicArgs {
-                    name: Some(name),
-                    partitions: Some(partitions),
-                },
-            )
-        })
-        .collect();
-    let topics = fbb.create_vector(&topics);
-    let root = wire::FetchRequest::create(
-        &mut fbb,
-        &wire::FetchRequestArgs {
-            replica_id: i32::try_from(replica_id).unwrap_or(i32::MAX),
-            replica_epoch,
-            max_wait_ms,
-            min_bytes: 1,
-            max_bytes: partition_bytes_max.saturating_mul(16),
-            topics: Some(topics),
-        },
-    );
-    finish(fbb, root)
-}
-
-/// A leader's answer for one partition, as a follower uses it.
-#[derive(Clone, Debug)]
-pub struct FetchedPartition {
-    pub error: ErrorCode,
-    pub high_watermark: i64,
-    pub log_start_offset: i64,
-    pub log_end_offset: i64,
-    pub diverging: Option<(i32, i64)>,
-    pub records: bytes::Bytes,
-}
-
-/// Decodes a fetch response whose batches are in `payload`.
-pub fn decode_fetch_response(
-    body: &[u8],
-    payload: &bytes::Bytes,
-) -> Result<std::collections::HashMap<PartitionKey, FetchedPartition>, String> {
-    let response = parse::<wire::FetchResponse>(body)?;
-    let mut out = std::collections::HashMap::new();
-    for topic in response.topics().iter().flatten() {
-        let name = topic.name().unwrap_or_default();
-        for p in topic.partitions().iter().flatten() {
-            let records = match p.records() {
-                Some(range) => {
-                    let (start, len) = (range.offset() as usize, range.length() as usize);
-                    if start.checked_add(len).is_none_or(|end| end > payload.len()) {
-                        return Err("records range outside the payload".into());
-                    }
-                    payload.slice(start..start + len)
-                }
-                None => bytes::Bytes::new(),
-            };
-            let diverging = (p.diverging_epoch() >= 0 || p.diverging_end_offset() >= 0)
-                .then_some((p.diverging_epoch(), p.diverging_end_offset()));
-            out.insert(
-                PartitionKey {
-                    topic: name.to_owned(),
-                    partition: p.partition(),
-                },
-                FetchedPartition {
-                    error: ErrorCode::from_u16(p.error_code()),
-                    high_watermark: p.high_watermark(),
-                    log_start_offset: p.log_start_offset(),
-                    log_end_offset: p.log_end_offset(),
-                    diverging,
-                    records,
-                },
-            );
-        }
-    }
-    Ok(out)
 }

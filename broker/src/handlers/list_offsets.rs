@@ -7,7 +7,8 @@ use protocol::flatbuffers::FlatBufferBuilder;
 use protocol::{wire, ErrorCode};
 
 use super::{finish, parse, HandlerResult, Reply};
-use crate::shard::{OpError, PartitionKey, Shard, ShardOp, ShardReply};
+use crate::partition::PartitionKey;
+use crate::shard::{OpError, Shard, ShardOp, ShardReply};
 
 /// Partitions in one request.
 pub const LIST_OFFSETS_PARTITIONS_MAX: usize = 10_000;

@@ -69,7 +69,7 @@ pub(super) fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
         .topics()
         .filter(|t| !t.is_empty())
         .map(|t| t.iter().map(str::to_owned).collect());
-    let view = shard.view.borrow();
+    let view = shard.view();
     let mut fbb = FlatBufferBuilder::new();
     let brokers: Vec<_> = view
         .brokers

@@ -9,8 +9,9 @@ use protocol::frame::payload_range;
 use protocol::{wire, ErrorCode};
 
 use super::{finish, parse, HandlerResult, Reply};
+use crate::partition::PartitionKey;
 use crate::runtime;
-use crate::shard::{OpError, PartitionKey, ProduceOutcome, Shard, ShardOp, ShardReply};
+use crate::shard::{OpError, ProduceOutcome, Shard, ShardOp, ShardReply};
 
 type PartitionTask = (i32, runtime::Task<Result<ProduceOutcome, OpError>>);
 

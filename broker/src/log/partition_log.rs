@@ -20,12 +20,13 @@ use super::error::{LogError, LogResult};
 use super::index::relative;
 use super::policy::{self, ActiveSummary, SegmentSummary};
 use super::recovery;
-use super::segment::{segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use super::segment::{
+    remove_if_exists, segment_path, write_small_file, Segment, INDEX_SUFFIX, LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+};
 use super::tail::Tail;
 use crate::clock::Clock;
-use crate::runtime::{
-    self, AlignedBuffer, DirectFile, SerialGate, Watermark, DIRECT_IO_ALIGNMENT_BYTES,
-};
+use crate::runtime::{self, DirectFile, SerialGate, Watermark};
 
 /// How often, at most, the recovery point is persisted outside rolls and close.
 pub const RECOVERY_POINT_CHECKPOINT_MS: i64 = 10_000;
@@ -1273,37 +1274,4 @@ impl PartitionLog {
         self.state.borrow_mut().closed = true;
         Ok(())
     }
-}
-
-fn remove_if_exists(path: &Path) -> LogResult<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(LogError::io(path, e)),
-    }
-}
-
-/// Writes a whole small file (an index) with direct I/O: padded aligned write,
-/// then truncation to the exact length and a sync.
-pub(super) async fn write_small_file(path: &Path, bytes: &[u8]) -> LogResult<()> {
-    remove_if_exists(path)?;
-    let file = DirectFile::create_new(path)
-        .await
-        .map_err(|e| LogError::io(path, e))?;
-    let padded =
-        (bytes.len() as u64).div_ceil(DIRECT_IO_ALIGNMENT_BYTES) * DIRECT_IO_ALIGNMENT_BYTES;
-    if padded > 0 {
-        let mut buffer = AlignedBuffer::new(padded as usize);
-        buffer.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
-        buffer.as_mut_slice()[bytes.len()..].fill(0);
-        let shared = buffer.seal(padded as usize);
-        file.write_at(&shared, 0)
-            .await
-            .map_err(|e| LogError::io(path, e))?;
-    }
-    file.truncate(bytes.len() as u64)
-        .await
-        .map_err(|e| LogError::io(path, e))?;
-    file.fdatasync().await.map_err(|e| LogError::io(path, e))?;
-    Ok(())
 }

@@ -13,10 +13,10 @@ use super::checkpoint;
 use super::config::{LogConfig, STORED_BATCH_BYTES_MAX};
 use super::error::{LogError, LogResult};
 use super::index::{OffsetIndex, TimeIndex};
-use super::partition_log::write_small_file;
 use super::scan::{ScanDepth, ScanError, SegmentScanner};
 use super::segment::{
-    parse_segment_name, segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
+    parse_segment_name, segment_path, write_small_file, Segment, INDEX_SUFFIX, LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
 };
 use super::tail::Tail;
 use crate::runtime::{DirectFile, DIRECT_IO_ALIGNMENT_BYTES};

@@ -1,14 +1,16 @@
 //! One segment of a partition log: its files, its in-memory indexes and, while
 //! active or closing, its unwritten tail. File names carry the base offset:
-//! `00000000000000000000.log`, `.index`, `.timeindex`.
+//! `00000000000000000000.log`, `.index`, `.timeindex`; and how those small
+//! files are written whole.
 
 use std::path::{Path, PathBuf};
 
 use protocol::{BatchHeader, LeaderEpoch, Offset};
 
+use super::error::{LogError, LogResult};
 use super::index::{relative, OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
 use super::tail::Tail;
-use crate::runtime::DirectFile;
+use crate::runtime::{AlignedBuffer, DirectFile, DIRECT_IO_ALIGNMENT_BYTES};
 
 pub const LOG_SUFFIX: &str = "log";
 pub const INDEX_SUFFIX: &str = "index";
@@ -121,4 +123,37 @@ impl Segment {
         }
         assert!(self.closing <= self.tail.is_some());
     }
+}
+
+pub(super) fn remove_if_exists(path: &Path) -> LogResult<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(LogError::io(path, e)),
+    }
+}
+
+/// Writes a whole small file (an index) with direct I/O: padded aligned write,
+/// then truncation to the exact length and a sync.
+pub(super) async fn write_small_file(path: &Path, bytes: &[u8]) -> LogResult<()> {
+    remove_if_exists(path)?;
+    let file = DirectFile::create_new(path)
+        .await
+        .map_err(|e| LogError::io(path, e))?;
+    let padded =
+        (bytes.len() as u64).div_ceil(DIRECT_IO_ALIGNMENT_BYTES) * DIRECT_IO_ALIGNMENT_BYTES;
+    if padded > 0 {
+        let mut buffer = AlignedBuffer::new(padded as usize);
+        buffer.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
+        buffer.as_mut_slice()[bytes.len()..].fill(0);
+        let shared = buffer.seal(padded as usize);
+        file.write_at(&shared, 0)
+            .await
+            .map_err(|e| LogError::io(path, e))?;
+    }
+    file.truncate(bytes.len() as u64)
+        .await
+        .map_err(|e| LogError::io(path, e))?;
+    file.fdatasync().await.map_err(|e| LogError::io(path, e))?;
+    Ok(())
 }

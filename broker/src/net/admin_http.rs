@@ -32,7 +32,7 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 ";
 
 pub async fn serve_admin(shard: Rc<Shard>, listener: Listener) {
-    while !shard.stopping.get() {
+    while !shard.is_stopping() {
         let Some(Ok((mut reader, mut writer, _peer))) =
             runtime::timeout(Duration::from_millis(100), listener.accept()).await
         else {
@@ -51,7 +51,7 @@ pub async fn serve_admin(shard: Rc<Shard>, listener: Listener) {
             let line = String::from_utf8_lossy(&request[..len]).lines().next().unwrap_or_default().to_owned();
             let response = if line.starts_with("GET /metrics ") {
                 let mut body = String::from(HEADERS);
-                for to in 0..shard.count {
+                for to in 0..shard.count() {
                     if let ShardReply::Metrics(text) = shard.call(to, ShardOp::RenderMetrics).await {
                         body.push_str(&text);
                     }

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use protocol::frame::{frame_len, LENGTH_PREFIX_BYTES};
 use protocol::ApiKey;
@@ -25,7 +25,8 @@ const ACCEPT_POLL_MS: u64 = 100;
 /// How long shutdown waits for connections to finish their in-flight requests.
 const DRAIN_MS_MAX: u64 = 5_000;
 
-type Handled = (Option<ApiKey>, Outcome, usize, Instant);
+/// The api, its outcome, the request's size and when it arrived (monotonic).
+type Handled = (Option<ApiKey>, Outcome, usize, Duration);
 
 #[derive(Default)]
 struct Pipeline {
@@ -39,7 +40,7 @@ struct Pipeline {
 /// Accepts connections until the shard stops, then waits (bounded) for them to drain.
 pub async fn serve_listener(shard: Rc<Shard>, listener: Listener, name: &'static str) {
     let open = Rc::new(Cell::new(0usize));
-    while !shard.stopping.get() {
+    while !shard.is_stopping() {
         let accepted =
             runtime::timeout(Duration::from_millis(ACCEPT_POLL_MS), listener.accept()).await;
         let (reader, writer, peer) = match accepted {
@@ -51,24 +52,25 @@ pub async fn serve_listener(shard: Rc<Shard>, listener: Listener, name: &'static
                 continue;
             }
         };
-        if open.get() >= shard.config.connections_per_shard_max {
-            shard.metrics.on_connection_refused();
-            tracing::warn!(listener = name, %peer, bound = shard.config.connections_per_shard_max, "connection refused: connections_per_shard_max reached");
+        if open.get() >= shard.config().connections_per_shard_max {
+            shard.metrics().on_connection_refused();
+            tracing::warn!(listener = name, %peer, bound = shard.config().connections_per_shard_max, "connection refused: connections_per_shard_max reached");
             drop((reader, writer));
             continue;
         }
         open.set(open.get() + 1);
-        shard.metrics.on_connection_open();
+        shard.metrics().on_connection_open();
         let (shard, open) = (shard.clone(), open.clone());
         runtime::spawn(async move {
             serve_connection(&shard, reader, writer, peer).await;
             open.set(open.get() - 1);
-            shard.metrics.on_connection_close();
+            shard.metrics().on_connection_close();
         })
         .detach();
     }
-    let deadline = Instant::now() + Duration::from_millis(DRAIN_MS_MAX);
-    while open.get() > 0 && Instant::now() < deadline {
+    let clock = shard.clock().clone();
+    let deadline = clock.monotonic() + Duration::from_millis(DRAIN_MS_MAX);
+    while open.get() > 0 && clock.monotonic() < deadline {
         runtime::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -104,7 +106,7 @@ async fn read_loop(
     pipeline: &Rc<Pipeline>,
     peer: SocketAddr,
 ) {
-    let config = shard.config.clone();
+    let config = shard.config().clone();
     let end = loop {
         let in_flight = pipeline.submitted.get() - pipeline.written.get();
         if in_flight >= config.in_flight_requests_per_connection_max as i64 {
@@ -117,7 +119,7 @@ async fn read_loop(
             }
             continue;
         }
-        if shard.stopping.get() {
+        if shard.is_stopping() {
             break ReadEnd::Stopping;
         }
         let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
@@ -133,7 +135,7 @@ async fn read_loop(
             Err(e) => break ReadEnd::Bad(e.to_string()),
         };
         let mut frame = vec![0u8; len];
-        let started = Instant::now();
+        let started = shard.clock().monotonic();
         match runtime_or_closing(
             pipeline,
             reader.read_exact_within(&mut frame, Duration::from_millis(config.frame_read_ms_max)),
@@ -159,7 +161,7 @@ async fn read_loop(
     match end {
         ReadEnd::Eof | ReadEnd::Stopping | ReadEnd::Closing => {}
         ReadEnd::Bad(reason) => {
-            shard.metrics.on_bad_frame();
+            shard.metrics().on_bad_frame();
             tracing::warn!(%peer, %reason, "closing connection: bad frame");
         }
         ReadEnd::Io(e) => tracing::info!(%peer, error = %e, "connection read ended"),
@@ -201,19 +203,25 @@ async fn write_loop(
                 let mut parts: Vec<&[u8]> = vec![&head];
                 parts.extend(payload.iter().map(|p| p.as_ref()));
                 let response_bytes = parts.iter().map(|p| p.len()).sum();
-                shard
-                    .metrics
-                    .on_request(api, request_bytes, response_bytes, started.elapsed());
+                shard.metrics().on_request(
+                    api,
+                    request_bytes,
+                    response_bytes,
+                    shard.clock().monotonic().saturating_sub(started),
+                );
                 writer.write_all_parts(&parts).await
             }
             Outcome::NoResponse => {
-                shard
-                    .metrics
-                    .on_request(api, request_bytes, 0, started.elapsed());
+                shard.metrics().on_request(
+                    api,
+                    request_bytes,
+                    0,
+                    shard.clock().monotonic().saturating_sub(started),
+                );
                 Ok(())
             }
             Outcome::Close(reason) => {
-                shard.metrics.on_bad_frame();
+                shard.metrics().on_bad_frame();
                 tracing::warn!(%peer, %reason, "closing connection: bad request");
                 break;
             }

@@ -7,6 +7,7 @@ pub mod gate;
 pub mod net;
 pub mod nudge;
 pub mod oneshot;
+pub mod peer;
 pub mod shards;
 pub mod watermark;
 

@@ -11,8 +11,7 @@ use protocol::frame::{
     decode_response, encode_request, frame_len, RequestHeader, LENGTH_PREFIX_BYTES,
 };
 
-use crate::runtime::net::{connect, ReadHalf, WriteHalf};
-use crate::runtime::{self};
+use super::net::{connect, ReadHalf, WriteHalf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {
@@ -104,7 +103,7 @@ impl PeerConnection {
             Ok::<_, std::io::Error>(response)
         };
         let limit = Duration::from_millis(wait_ms + self.request_ms_max);
-        let response = runtime::timeout(limit, exchange)
+        let response = super::timeout(limit, exchange)
             .await
             .ok_or(PeerError::Timeout)??;
         let decoded =

@@ -22,10 +22,11 @@ use controller::{BrokerEndpoints, BrokerEpoch};
 use protocol::api::{ApiKey, ControllerApiKey};
 use protocol::ErrorCode;
 
+use super::{OpError, Shard, TopicOutcome};
+use crate::clock::Clock;
 use crate::cluster_view::TopicSpec;
-use crate::net::peer::{PeerConnection, PeerError};
+use crate::runtime::peer::{PeerConnection, PeerError};
 use crate::runtime::{self};
-use crate::shard::{OpError, Shard, TopicOutcome};
 
 /// Bound on a controller's response frame: a metadata image of a large cluster.
 const RESPONSE_BYTES_MAX: u32 = 64 << 20;
@@ -153,13 +154,10 @@ fn endpoints(shard: &Shard) -> BrokerEndpoints {
 }
 
 /// A random id for this broker process, never 0.
-fn new_incarnation_id() -> u64 {
+fn new_incarnation_id(clock: &dyn Clock) -> u64 {
     use std::hash::BuildHasher;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
     std::collections::hash_map::RandomState::new()
-        .hash_one((std::process::id(), nanos))
+        .hash_one((std::process::id(), clock.now_ms()))
         .max(1)
 }
 
@@ -197,7 +195,7 @@ struct Registration {
 pub async fn run_session(shard: Rc<Shard>, controllers: Vec<String>) {
     let mut targets = Targets::new(controllers);
     let mut registration = Registration {
-        incarnation_id: new_incarnation_id(),
+        incarnation_id: new_incarnation_id(shard.clock.as_ref()),
         session: None,
     };
     while !shard.stopping.get() {
@@ -357,14 +355,14 @@ async fn call_leader<T>(
     api_key: u16,
     body: &[u8],
     attempts_max: usize,
-    deadline: Option<std::time::Instant>,
+    deadline: Option<Duration>,
     decode: impl Fn(&[u8]) -> Result<T, LinkError>,
 ) -> Result<T, LinkError> {
     let mut targets = Targets::new(shard.config.controllers.clone());
     targets.next = shard.controller_hint.borrow().clone();
     let mut last_error = LinkError::Timeout;
     for _ in 0..attempts_max {
-        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+        if deadline.is_some_and(|d| shard.clock.monotonic() >= d) {
             break;
         }
         let target = targets.pick();
@@ -442,8 +440,9 @@ async fn forward(
 
 /// Controlled shutdown: asks the controller leader to fence this broker now,
 /// so its partitions get new leaders before it stops serving. Gives up after
-/// `deadline` (the session timeout then does the same, later).
-pub async fn request_shutdown(shard: &Shard, deadline: std::time::Instant) {
+/// `deadline`, on the monotonic clock (the session timeout then does the
+/// same, later).
+pub async fn request_shutdown(shard: &Shard, deadline: Duration) {
     let epoch = shard.broker_epoch.get();
     if epoch == 0 {
         return;

@@ -13,13 +13,13 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use protocol::{ApiKey, ErrorCode};
+use protocol::replica_fetch::{decode_fetch_response, encode_replica_fetch, ReplicaFetchPartition};
+use protocol::ApiKey;
 
-use crate::handlers::fetch::{decode_fetch_response, encode_replica_fetch, ReplicaFetchPartition};
-use crate::net::peer::PeerConnection;
+use super::{Replica, Shard};
+use crate::partition::PartitionKey;
 use crate::runtime;
-use crate::shard::Shard;
+use crate::runtime::peer::PeerConnection;
 
 /// Long-poll wait of a follower fetch: short enough to pick up new
 /// partitions and role changes promptly.
@@ -32,17 +32,6 @@ pub const FOLLOWER_RESPONSE_BYTES_MAX: u32 = 80 << 20;
 pub const FOLLOWER_REQUEST_MS_MAX: u64 = 5_000;
 /// Pause after a failed fetch or a partition-level error.
 pub const FOLLOWER_BACKOFF_MS: u64 = 100;
-
-/// What a follower applies for one partition: its leader's answer.
-#[derive(Clone, Debug)]
-pub struct Fetched {
-    pub error: ErrorCode,
-    pub high_watermark: i64,
-    pub log_start_offset: i64,
-    pub log_end_offset: i64,
-    pub diverging: Option<(i32, i64)>,
-    pub records: Bytes,
-}
 
 pub async fn run(shard: Rc<Shard>, endpoint: String) {
     let mut connection: Option<PeerConnection> = None;
@@ -76,7 +65,8 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
         let partitions: Vec<ReplicaFetchPartition> = followers
             .iter()
             .map(|(key, replica, epoch)| ReplicaFetchPartition {
-                key: key.clone(),
+                topic: key.topic.clone(),
+                partition: key.partition,
                 fetch_offset: replica.log.log_end_offset().0,
                 current_leader_epoch: *epoch,
                 last_fetched_epoch: replica.epochs.borrow().latest_epoch().unwrap_or(-1),
@@ -103,7 +93,7 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
             Ok(response) => decode_fetch_response(response.body(), &response.payload()),
             Err(e) => Err(e.to_string()),
         };
-        let results = match results {
+        let mut results = match results {
             Ok(results) => results,
             Err(e) => {
                 tracing::debug!(leader = %endpoint, error = %e, "follower fetch failed");
@@ -114,16 +104,8 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
         };
         let mut trouble = false;
         for (key, replica, epoch) in &followers {
-            let Some(result) = results.get(key) else {
+            let Some(fetched) = results.remove(&(key.topic.clone(), key.partition)) else {
                 continue;
-            };
-            let fetched = Fetched {
-                error: result.error,
-                high_watermark: result.high_watermark,
-                log_start_offset: result.log_start_offset,
-                log_end_offset: result.log_end_offset,
-                diverging: result.diverging,
-                records: result.records.clone(),
             };
             if let Err(e) = shard.apply_fetched(key, replica, *epoch, fetched).await {
                 tracing::debug!(leader = %endpoint, topic = %key.topic, partition = key.partition, error = %e.message, "follower fetch not applied");
@@ -165,4 +147,4 @@ async fn make_stable(shard: &Rc<Shard>, followers: Vec<Follower>) -> Vec<Followe
     stable
 }
 
-type Follower = (crate::shard::PartitionKey, Rc<crate::shard::Replica>, i32);
+type Follower = (PartitionKey, Rc<Replica>, i32);

@@ -1,0 +1,91 @@
+//! Topic admin on shard 0: checks what it can, forwards to the controller,
+//! and answers once this broker's own metadata shows the change.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::{
+    controller_link, OpError, Shard, TopicOutcome, METADATA_SHARD, TOPIC_PROPAGATION_MS_MAX,
+};
+use crate::cluster_view::{ClusterView, TopicSpec};
+use crate::runtime;
+
+impl Shard {
+    /// Shard 0 only: checks what it can, forwards the rest to the controller,
+    /// then waits until this broker's metadata shows each created topic.
+    pub(super) async fn create_topics(self: &Rc<Self>, specs: Vec<TopicSpec>) -> Vec<TopicOutcome> {
+        assert_eq!(self.id, METADATA_SHARD, "topic admin runs on shard 0");
+        let _gate = self.admin_gate.enter().await;
+        let mut outcomes: Vec<TopicOutcome> = Vec::with_capacity(specs.len());
+        let mut valid = Vec::new();
+        for spec in specs {
+            let error = spec
+                .validate(&self.config.log)
+                .err()
+                .map(|e| OpError::new(e.code, e.message));
+            if error.is_none() {
+                valid.push(spec.clone());
+            }
+            outcomes.push(TopicOutcome {
+                name: spec.name,
+                error,
+            });
+        }
+        if !valid.is_empty() {
+            let forwarded = controller_link::forward_create(self, &valid).await;
+            let created: Vec<String> = forwarded
+                .iter()
+                .filter(|o| o.error.is_none())
+                .map(|o| o.name.clone())
+                .collect();
+            merge_outcomes(&mut outcomes, forwarded);
+            self.await_view(|view| created.iter().all(|name| view.topic(name).is_some()))
+                .await;
+        }
+        outcomes
+    }
+
+    /// Shard 0 only: forwards deletions, then waits until this broker's
+    /// metadata no longer shows them.
+    pub(super) async fn delete_topics(self: &Rc<Self>, names: Vec<String>) -> Vec<TopicOutcome> {
+        assert_eq!(self.id, METADATA_SHARD, "topic admin runs on shard 0");
+        let _gate = self.admin_gate.enter().await;
+        let outcomes = controller_link::forward_delete(self, &names).await;
+        let deleted: Vec<String> = outcomes
+            .iter()
+            .filter(|o| o.error.is_none())
+            .map(|o| o.name.clone())
+            .collect();
+        self.await_view(|view| deleted.iter().all(|name| view.topic(name).is_none()))
+            .await;
+        outcomes
+    }
+
+    /// Waits, bounded, until `done` holds for this shard's view and its
+    /// replicas match that view. Shard 0 applies an update last, so then
+    /// every shard has it.
+    pub(super) async fn await_view(&self, done: impl Fn(&ClusterView) -> bool) {
+        let deadline = self.clock.monotonic() + Duration::from_millis(TOPIC_PROPAGATION_MS_MAX);
+        while self.clock.monotonic() < deadline {
+            {
+                let view = self.view.borrow();
+                if done(&view) && self.reconciled_version.get() >= view.version.0 {
+                    return;
+                }
+            }
+            runtime::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// Puts the controller's answers for the forwarded topics into `outcomes`.
+fn merge_outcomes(outcomes: &mut [TopicOutcome], forwarded: Vec<TopicOutcome>) {
+    for answer in forwarded {
+        if let Some(slot) = outcomes
+            .iter_mut()
+            .find(|o| o.name == answer.name && o.error.is_none())
+        {
+            slot.error = answer.error;
+        }
+    }
+}

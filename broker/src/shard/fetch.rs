@@ -1,0 +1,235 @@
+//! Fetch on the leader, for consumers (below the high watermark) and for
+//! followers (to the log end, after `replication::leader` checked the
+//! follower's epoch and divergence); offset lookups and partition detail.
+
+use std::time::Duration;
+
+use controller::BrokerId;
+use protocol::{ErrorCode, Offset};
+
+use super::{FetchOutcome, OpError, PartitionDetail, Replica, ReplicaFetch, Shard};
+use crate::partition::{Chunks, PartitionKey};
+use crate::runtime::{self, Watermark};
+
+impl Shard {
+    pub(super) async fn fetch_local(
+        &self,
+        key: &PartitionKey,
+        offset: i64,
+        max_bytes: usize,
+        wait_ms: u64,
+        follower: Option<ReplicaFetch>,
+        cancel: Option<&Watermark>,
+    ) -> FetchOutcome {
+        let failed = |e: OpError| FetchOutcome {
+            error: Some(e),
+            high_watermark: -1,
+            log_start_offset: -1,
+            log_end_offset: -1,
+            ..FetchOutcome::default()
+        };
+        let (replica, leader_epoch) = match self.leader_replica(key) {
+            Ok(found) => found,
+            Err(e) => return failed(e),
+        };
+        if let Some(f) = follower {
+            if let Some(refused) =
+                self.accept_follower_fetch(key, &replica, leader_epoch, &f, offset)
+            {
+                return refused;
+            }
+        }
+        let deadline = self.clock.monotonic()
+            + Duration::from_millis(wait_ms.min(self.config.fetch_wait_ms_max));
+        loop {
+            let (start, end) = (replica.log.log_start_offset(), replica.log.log_end_offset());
+            let hw = replica.high_watermark.get().min(end.0);
+            // Consumers read committed records only; followers read all.
+            let (limit, watermark) = match follower {
+                None => (Offset(hw), &replica.high_watermark),
+                Some(_) => (end, &replica.log_end),
+            };
+            let mut outcome = FetchOutcome {
+                high_watermark: hw,
+                log_start_offset: start.0,
+                log_end_offset: end.0,
+                ..FetchOutcome::default()
+            };
+            if offset < start.0 || offset > end.0 {
+                outcome.error = Some(OpError::new(
+                    ErrorCode::OffsetOutOfRange,
+                    format!("offset {offset} outside [{start}, {end}]"),
+                ));
+                return outcome;
+            }
+            let records = if offset >= limit.0 {
+                Chunks::default()
+            } else {
+                let cached = self
+                    .cache
+                    .borrow()
+                    .read(key, Offset(offset), max_bytes, limit);
+                match cached {
+                    Some((bytes, _)) => bytes,
+                    None => match replica.log.read(Offset(offset), max_bytes, limit).await {
+                        Ok(fetched) => Chunks::from(fetched.bytes),
+                        Err(e) => {
+                            outcome.error = Some(self.log_error(e));
+                            return outcome;
+                        }
+                    },
+                }
+            };
+            let now = self.clock.monotonic();
+            let cancelled = cancel.is_some_and(|c| c.get() > 0);
+            if !records.is_empty() || now >= deadline || cancelled {
+                outcome.records = records;
+                return outcome;
+            }
+            let _waiting = self.metrics.fetch_waiter();
+            let woken = watermark.wait_at_least(offset + 1);
+            match cancel {
+                Some(cancel) => {
+                    runtime::timeout(
+                        deadline - now,
+                        futures_lite::future::or(woken, cancel.wait_at_least(1)),
+                    )
+                    .await
+                }
+                None => runtime::timeout(deadline - now, woken).await,
+            };
+            if !replica.role.borrow().leader {
+                return failed(OpError::new(
+                    ErrorCode::NotLeaderOrFollower,
+                    format!("no longer the leader of {}-{}", key.topic, key.partition),
+                ));
+            }
+        }
+    }
+
+    /// A leader's checks of a follower's fetch at `offset`, by
+    /// `replication::leader`: the leadership, the follower's incarnation, where
+    /// its log diverges. Records the follower's progress and moves the high
+    /// watermark when the fetch is accepted; else returns the answer to send.
+    pub(super) fn accept_follower_fetch(
+        &self,
+        key: &PartitionKey,
+        replica: &Replica,
+        leader_epoch: i32,
+        f: &ReplicaFetch,
+        offset: i64,
+    ) -> Option<FetchOutcome> {
+        use crate::replication::leader::{check_follower_fetch, FetchAccepted, FollowerFetchCheck};
+        let refuse = |code: ErrorCode, message: String| {
+            Some(FetchOutcome {
+                error: Some(OpError::new(code, message)),
+                high_watermark: -1,
+                log_start_offset: -1,
+                log_end_offset: -1,
+                ..FetchOutcome::default()
+            })
+        };
+        let end = replica.log.log_end_offset().0;
+        let check = check_follower_fetch(leader_epoch, f, offset, &replica.epochs.borrow(), end);
+        match check {
+            FollowerFetchCheck::Serve => {}
+            FollowerFetchCheck::Refuse(code, message) => return refuse(code, message),
+            FollowerFetchCheck::Diverging { epoch, end_offset } => {
+                return Some(FetchOutcome {
+                    high_watermark: replica.high_watermark.get(),
+                    log_start_offset: replica.log.log_start_offset().0,
+                    log_end_offset: end,
+                    diverging: Some((epoch, end_offset)),
+                    ..FetchOutcome::default()
+                })
+            }
+        }
+        // An incarnation older than the one the metadata registered is a
+        // zombie: its progress may not be on any disk that still counts.
+        let registered = self
+            .view
+            .borrow()
+            .brokers
+            .get(&BrokerId(f.broker_id))
+            .map(|b| b.epoch.0 as i64);
+        if registered.is_some_and(|r| f.broker_epoch < r) {
+            return refuse(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} fetches at epoch {}, registered at {}",
+                    f.broker_id,
+                    f.broker_epoch,
+                    registered.unwrap_or_default()
+                ),
+            );
+        }
+        let now_ms = self.clock.now_ms().max(0) as u64;
+        let accepted = replica
+            .leader_state
+            .borrow_mut()
+            .as_mut()
+            .map(|s| s.on_fetch(f.broker_id, f.broker_epoch, offset, end, now_ms));
+        match accepted {
+            Some(FetchAccepted::Accepted) => {
+                self.update_high_watermark(replica);
+                None
+            }
+            Some(FetchAccepted::StaleBrokerEpoch) => refuse(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} fetches from an older incarnation (epoch {})",
+                    f.broker_id, f.broker_epoch
+                ),
+            ),
+            Some(FetchAccepted::NotReplica) | None => refuse(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} is not a replica of {}-{}",
+                    f.broker_id, key.topic, key.partition
+                ),
+            ),
+        }
+    }
+
+    pub(super) async fn list_offset_local(
+        &self,
+        key: &PartitionKey,
+        timestamp_ms: i64,
+    ) -> Result<i64, OpError> {
+        let (replica, _) = self.leader_replica(key)?;
+        match timestamp_ms {
+            -2 => Ok(replica.log.log_start_offset().0),
+            // The latest offset a consumer can read up to.
+            -1 => Ok(replica
+                .high_watermark
+                .get()
+                .min(replica.log.log_end_offset().0)),
+            ts if ts < 0 => Err(OpError::new(
+                ErrorCode::InvalidRequest,
+                format!("timestamp {ts} is not -2, -1 or a time"),
+            )),
+            ts => Ok(replica
+                .log
+                .offset_for_timestamp(ts)
+                .await
+                .map_err(|e| self.log_error(e))?
+                .map_or(-1, |o| o.0)),
+        }
+    }
+
+    pub(super) fn describe_local(&self, key: &PartitionKey) -> PartitionDetail {
+        match self.replica(key) {
+            Err(e) => PartitionDetail {
+                error: Some(e),
+                ..PartitionDetail::default()
+            },
+            Ok(r) => PartitionDetail {
+                error: None,
+                log_start_offset: r.log.log_start_offset().0,
+                log_end_offset: r.log.log_end_offset().0,
+                high_watermark: r.high_watermark.get().min(r.log.log_end_offset().0),
+                size_bytes: r.log.size_bytes(),
+            },
+        }
+    }
+}

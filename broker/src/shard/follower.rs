@@ -1,0 +1,179 @@
+//! The follower side of a replica: which leader endpoints this shard fetches
+//! from, and applying a leader's answer as `replication::follower::decide`
+//! says (cut a diverged suffix, restart at the leader's log start, append).
+
+use std::rc::Rc;
+
+use protocol::replica_fetch::FetchedPartition;
+use protocol::{ErrorCode, Offset};
+
+use super::{fetcher, OpError, Replica, Shard};
+use crate::partition::PartitionKey;
+use crate::runtime;
+
+impl Shard {
+    /// Starts a follower fetcher for every leader endpoint some follower
+    /// replica here needs and none runs for yet.
+    pub(super) fn ensure_fetchers(self: &Rc<Self>) {
+        let endpoints: std::collections::BTreeSet<String> = self
+            .replicas
+            .borrow()
+            .values()
+            .filter_map(|r| {
+                let role = r.role.borrow();
+                (!role.leader)
+                    .then(|| role.leader_endpoint.clone())
+                    .flatten()
+            })
+            .collect();
+        for endpoint in endpoints {
+            if self.fetchers.borrow_mut().insert(endpoint.clone()) {
+                tracing::info!(shard = self.id, leader = %endpoint, "starting follower fetcher");
+                runtime::spawn(fetcher::run(self.clone(), endpoint)).detach();
+            }
+        }
+    }
+
+    /// Follower replicas fetching from `endpoint`: (key, replica, leader epoch).
+    pub fn followers_of(&self, endpoint: &str) -> Vec<(PartitionKey, Rc<Replica>, i32)> {
+        self.replicas
+            .borrow()
+            .iter()
+            .filter_map(|(k, r)| {
+                let role = r.role.borrow();
+                (!role.leader && role.leader_endpoint.as_deref() == Some(endpoint))
+                    .then(|| (k.clone(), r.clone(), role.leader_epoch))
+            })
+            .collect()
+    }
+
+    /// A follower applies its leader's answer for one partition as
+    /// `replication::follower::decide` says: cut a diverged suffix, restart at
+    /// the leader's log start, or append the records and take the high
+    /// watermark. Stops wherever the replica stopped following at
+    /// `leader_epoch` while it awaited; an error means "back off".
+    pub async fn apply_fetched(
+        &self,
+        key: &PartitionKey,
+        replica: &Replica,
+        leader_epoch: i32,
+        fetched: FetchedPartition,
+    ) -> Result<(), OpError> {
+        use crate::replication::follower::{decide, FollowerAction, LeaderAnswer};
+        let still_following = || {
+            let role = replica.role.borrow();
+            !role.leader && role.leader_epoch == leader_epoch
+        };
+        if !still_following() {
+            return Ok(());
+        }
+        let answer = LeaderAnswer {
+            error: fetched.error,
+            high_watermark: fetched.high_watermark,
+            log_start_offset: fetched.log_start_offset,
+            log_end_offset: fetched.log_end_offset,
+            diverging: fetched.diverging,
+        };
+        let own_end = replica.log.log_end_offset().0;
+        let action = decide(&answer, own_end, &replica.epochs.borrow());
+        match action {
+            FollowerAction::Retry => Err(OpError::new(
+                fetched.error,
+                format!("leader refused the fetch at {own_end}"),
+            )),
+            FollowerAction::Truncate(cut) => {
+                tracing::warn!(topic = %key.topic, partition = key.partition, from = own_end, to = cut, leader_epoch, "truncating a diverged follower log");
+                let cut_done = replica
+                    .log
+                    .truncate_to_if(Offset(cut), &still_following)
+                    .await
+                    .map_err(|e| self.log_error(e))?;
+                if let Some(new_end) = cut_done {
+                    self.after_cut(key, replica, new_end.0);
+                }
+                Ok(())
+            }
+            FollowerAction::RestartAt(start) => {
+                tracing::warn!(topic = %key.topic, partition = key.partition, own_end, leader_log_start = start, "the leader's log starts past this replica's end; starting over there");
+                let done = replica
+                    .log
+                    .reset_to_if(Offset(start), &still_following)
+                    .await
+                    .map_err(|e| self.log_error(e))?;
+                if done {
+                    self.after_cut(key, replica, start);
+                    // Everything below the leader's log start is committed.
+                    replica.high_watermark.set(start);
+                }
+                Ok(())
+            }
+            FollowerAction::Append => {
+                self.append_fetched(replica, &fetched.records, &still_following)
+                    .await?;
+                if still_following() {
+                    let hw = crate::replication::follower::follower_high_watermark(
+                        fetched.high_watermark,
+                        replica.log.log_end_offset().0,
+                    );
+                    replica.high_watermark.set(hw);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// After a follower's log was cut (or restarted) so it ends at `new_end`:
+    /// the epoch history, cached batches and watermarks follow the log.
+    pub(super) fn after_cut(&self, key: &PartitionKey, replica: &Replica, new_end: i64) {
+        self.cache.borrow_mut().remove_partition(key);
+        if replica.epochs.borrow_mut().truncate_to(new_end) {
+            if let Err(e) = replica.epochs.borrow().save(replica.log.dir()) {
+                self.metrics.on_storage_error();
+                tracing::warn!(error = %e, "saving the leader epoch history failed");
+            }
+        }
+        replica.log_end.set(new_end);
+        if replica.high_watermark.get() > new_end {
+            replica.high_watermark.reset(new_end);
+        }
+    }
+
+    /// Appends the batches a leader sent, each validated by the log.
+    pub(super) async fn append_fetched(
+        &self,
+        replica: &Replica,
+        records: &[u8],
+        still_following: &dyn Fn() -> bool,
+    ) -> Result<(), OpError> {
+        let mut rest = records;
+        while !rest.is_empty() {
+            if !still_following() {
+                return Ok(());
+            }
+            // Only the header here, to find the batch's end; the log's append
+            // validates the whole batch (CRC included) once.
+            let corrupt = |why: String| OpError::new(ErrorCode::CorruptMessage, why);
+            let header = protocol::BatchHeader::parse(rest).map_err(|e| corrupt(e.to_string()))?;
+            let used = header.total_bytes();
+            if used > rest.len() {
+                return Err(corrupt(format!(
+                    "batch of {used} bytes, {} left in the response",
+                    rest.len()
+                )));
+            }
+            let bytes = &rest[..used];
+            rest = &rest[used..];
+            if header.next_offset().0 <= replica.log.log_end_offset().0 {
+                continue;
+            }
+            let info = replica
+                .log
+                .append_replica(bytes)
+                .await
+                .map_err(|e| self.log_error(e))?;
+            self.note_epoch(replica, header.partition_leader_epoch.0, info.base_offset.0);
+            replica.log_end.advance(info.log_end_offset.0);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,157 @@
+//! Periodic work of a shard: each log's maintenance (write-behind, interval
+//! flushes, checkpoints), high watermark moves that follow, ISR checks on
+//! leaders (AlterIsr through shard 0) and retention.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use controller::BrokerId;
+use protocol::Offset;
+
+use super::{
+    Replica, Role, Shard, ShardOp, ShardReply, ISR_CHECK_MS, LOG_MAINTENANCE_MS, METADATA_SHARD,
+    RETENTION_CHECK_MS,
+};
+use crate::partition::PartitionKey;
+use crate::runtime;
+
+impl Shard {
+    /// A leader's ISR check: asks the controller (through shard 0) for the
+    /// ISR its followers' progress calls for, one request at a time.
+    pub(super) fn check_isr(self: &Rc<Self>, key: &PartitionKey, replica: &Rc<Replica>) {
+        if replica.alter_isr_in_flight.get() {
+            return;
+        }
+        let role = replica.role.borrow().clone();
+        if !role.leader {
+            return;
+        }
+        let epoch_start = replica
+            .epochs
+            .borrow()
+            .start_of(role.leader_epoch)
+            .unwrap_or(0);
+        let now_ms = self.clock.now_ms().max(0) as u64;
+        let desired = replica.leader_state.borrow().as_ref().and_then(|s| {
+            s.desired_isr(
+                &role.isr,
+                epoch_start,
+                now_ms,
+                self.config.replica_lag_time_max_ms,
+            )
+        });
+        let Some(new_isr) = desired else {
+            return;
+        };
+        let new_isr_epochs = replica
+            .leader_state
+            .borrow()
+            .as_ref()
+            .map(|s| s.member_epochs(&new_isr, self.broker_epoch.get()))
+            .unwrap_or_default()
+            .into_iter()
+            .map(controller::BrokerEpoch)
+            .collect();
+        let request = controller::messages::AlterIsr {
+            leader_id: self.broker_id(),
+            topic_id: controller::TopicId(replica.topic_id),
+            partition: controller::PartitionIndex(
+                u32::try_from(key.partition).expect("partition index non-negative"),
+            ),
+            leader_epoch: controller::LeaderEpoch(role.leader_epoch),
+            partition_epoch: controller::PartitionEpoch(role.partition_epoch),
+            new_isr: new_isr.iter().map(|&b| BrokerId(b)).collect(),
+            new_isr_epochs,
+        };
+        tracing::info!(topic = %key.topic, partition = key.partition, from = ?role.isr, to = ?new_isr, "asking to change the ISR");
+        replica.alter_isr_in_flight.set(true);
+        let (shard, key, replica) = (self.clone(), key.clone(), replica.clone());
+        runtime::spawn(async move {
+            let reply = shard.call(METADATA_SHARD, ShardOp::AlterIsr(request)).await;
+            match reply {
+                ShardReply::AlterIsr(Ok((isr, partition_epoch))) => {
+                    // The controller's answer may arrive after a delta that
+                    // already carried this change, or a newer one:
+                    // `set_role` applies it only if it is the newest.
+                    let current = replica.role.borrow().clone();
+                    if current.leader && current.leader_epoch == role.leader_epoch {
+                        let next = Role {
+                            isr,
+                            partition_epoch,
+                            ..current
+                        };
+                        shard.set_role(&key, &replica, next);
+                    }
+                }
+                ShardReply::AlterIsr(Err(e)) => {
+                    tracing::info!(topic = %key.topic, partition = key.partition, error = %e.message, "ISR change refused; waiting for newer metadata");
+                    // Give the metadata time to catch up before asking again.
+                    runtime::sleep(Duration::from_millis(ISR_CHECK_MS * 5)).await;
+                }
+                other => tracing::warn!(?other, "unexpected AlterIsr reply"),
+            }
+            replica.alter_isr_in_flight.set(false);
+        })
+        .detach();
+    }
+
+    /// Periodic log work, ISR checks and retention, until the shard stops.
+    pub async fn run_maintenance(self: Rc<Self>) {
+        let mut last_retention = self.clock.monotonic();
+        let mut last_isr_check = self.clock.monotonic();
+        while !self.stopping.get() {
+            runtime::sleep(Duration::from_millis(LOG_MAINTENANCE_MS)).await;
+            if self.clock.monotonic().saturating_sub(last_isr_check)
+                >= Duration::from_millis(ISR_CHECK_MS)
+            {
+                last_isr_check = self.clock.monotonic();
+                let leaders: Vec<(PartitionKey, Rc<Replica>)> = self
+                    .replicas
+                    .borrow()
+                    .iter()
+                    .filter(|(_, r)| r.role.borrow().leader)
+                    .map(|(k, r)| (k.clone(), r.clone()))
+                    .collect();
+                for (key, replica) in leaders {
+                    self.check_isr(&key, &replica);
+                }
+            }
+            let replicas: Vec<(PartitionKey, Rc<Replica>)> = self
+                .replicas
+                .borrow()
+                .iter()
+                .map(|(k, r)| (k.clone(), r.clone()))
+                .collect();
+            let retention_due = self.clock.monotonic().saturating_sub(last_retention)
+                >= Duration::from_millis(RETENTION_CHECK_MS);
+            for (key, replica) in replicas {
+                if let Err(e) = replica.log.maintain().await {
+                    self.metrics.on_storage_error();
+                    tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "log maintenance failed");
+                }
+                // Write-behind and syncs move the leader's stable offset, and
+                // with it the high watermark (acks=0 writes wait for nothing).
+                self.update_high_watermark(&replica);
+                if retention_due {
+                    // Never past the high watermark: followers may still need it.
+                    let limit = Offset(
+                        replica
+                            .high_watermark
+                            .get()
+                            .min(replica.log.log_end_offset().0),
+                    );
+                    match replica.log.enforce_retention(limit).await {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            tracing::info!(topic = %key.topic, partition = key.partition, segments = n, "retention deleted segments")
+                        }
+                        Err(e) => tracing::warn!(error = %e, "retention failed"),
+                    }
+                }
+            }
+            if retention_due {
+                last_retention = self.clock.monotonic();
+            }
+        }
+    }
+}

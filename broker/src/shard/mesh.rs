@@ -1,0 +1,292 @@
+//! The mesh: `ShardOp`/`ShardReply`, the complete list of what shards ask of
+//! each other, and `Shard::call`, which runs an op on its owning shard (here
+//! directly, elsewhere through a bounded channel) with cancellation of a fetch
+//! long poll when the caller goes away.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use controller::messages::MetadataUpdate;
+use protocol::Offset;
+
+use super::{OpError, ReplicaFetch, Shard};
+use crate::cluster_view::TopicSpec;
+use crate::partition::{Chunks, PartitionKey};
+use crate::runtime::{self, oneshot, Watermark};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProduceOutcome {
+    pub base_offset: Offset,
+    pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct FetchOutcome {
+    pub error: Option<OpError>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub records: Chunks,
+    /// For a follower whose log diverges: (leader epoch, its end offset).
+    pub diverging: Option<(i32, i64)>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct PartitionDetail {
+    pub error: Option<OpError>,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub high_watermark: i64,
+    pub size_bytes: u64,
+}
+
+/// Result of one topic in an admin request.
+#[derive(Clone, Debug)]
+pub struct TopicOutcome {
+    pub name: String,
+    pub error: Option<OpError>,
+}
+
+/// Work one shard asks of another. All data is owned so it can cross cores.
+#[derive(Debug)]
+pub enum ShardOp {
+    Produce {
+        key: PartitionKey,
+        batch: Bytes,
+        acks: i16,
+        /// How long acks=all waits for the ISR.
+        timeout_ms: u64,
+    },
+    Fetch {
+        key: PartitionKey,
+        offset: i64,
+        max_bytes: usize,
+        wait_ms: u64,
+        /// Set when a follower fetches.
+        replica: Option<ReplicaFetch>,
+    },
+    /// To shard 0, which forwards it to the controller.
+    AlterIsr(controller::messages::AlterIsr),
+    ListOffset {
+        key: PartitionKey,
+        timestamp_ms: i64,
+    },
+    Describe {
+        key: PartitionKey,
+    },
+    /// To shard 0, which forwards it to the controller.
+    CreateTopics(Vec<TopicSpec>),
+    /// To shard 0, which forwards it to the controller.
+    DeleteTopics(Vec<String>),
+    /// From shard 0 to every shard: a controller update, and this broker's
+    /// current registration epoch (0 before the first).
+    ApplyMetadata {
+        update: MetadataUpdate,
+        broker_epoch: u64,
+    },
+    RenderMetrics,
+}
+
+#[derive(Debug)]
+pub enum ShardReply {
+    Produce(Result<ProduceOutcome, OpError>),
+    Fetch(FetchOutcome),
+    ListOffset(Result<i64, OpError>),
+    Describe(PartitionDetail),
+    Admin(Vec<TopicOutcome>),
+    AlterIsr(Result<(Vec<u32>, i32), OpError>),
+    Applied,
+    Metrics(String),
+}
+
+/// A message on the mesh.
+#[derive(Debug)]
+pub struct MeshMessage {
+    pub from: usize,
+    pub id: u64,
+    pub body: MeshBody,
+}
+
+#[derive(Debug)]
+pub enum MeshBody {
+    Request(ShardOp),
+    Reply(ShardReply),
+    /// The requester no longer wants the answer to request `id`: a fetch
+    /// long poll stops waiting at once instead of at its deadline.
+    Cancel,
+}
+
+impl Shard {
+    /// Runs `op` on shard `to`: directly when it is this shard, else through
+    /// the mesh. Dropping the returned future before it completes cancels a
+    /// fetch long poll on the other shard too.
+    pub async fn call(self: &Rc<Self>, to: usize, op: ShardOp) -> ShardReply {
+        if to == self.id {
+            return self.execute(op).await;
+        }
+        let id = self.next_request_id.get();
+        self.next_request_id.set(id + 1);
+        let (sender, receiver) = oneshot();
+        self.pending.borrow_mut().insert(id, sender);
+        let mut guard = PendingCall {
+            shard: self,
+            to,
+            id,
+            cancel_on_drop: matches!(&op, ShardOp::Fetch { wait_ms, .. } if *wait_ms > 0),
+            answered: false,
+        };
+        if self
+            .mesh
+            .send(
+                to,
+                MeshMessage {
+                    from: self.id,
+                    id,
+                    body: MeshBody::Request(op),
+                },
+            )
+            .await
+            .is_err()
+        {
+            guard.answered = true;
+            self.pending.borrow_mut().remove(&id);
+            return ShardReply::Admin(vec![]);
+        }
+        let reply = receiver.await.expect("every mesh request is answered");
+        guard.answered = true;
+        reply
+    }
+
+    /// Handles one message from another shard.
+    pub fn on_mesh_message(self: &Rc<Self>, message: MeshMessage) {
+        let (from, id) = (message.from, message.id);
+        match message.body {
+            MeshBody::Reply(reply) => {
+                let sender = self.pending.borrow_mut().remove(&id);
+                if let Some(sender) = sender {
+                    sender.send(reply);
+                }
+            }
+            MeshBody::Cancel => {
+                if let Some(flag) = self.remote_waits.borrow().get(&(from, id)) {
+                    flag.advance(1);
+                }
+            }
+            MeshBody::Request(op) => {
+                let shard = self.clone();
+                runtime::spawn(async move {
+                    let reply = match op {
+                        ShardOp::Fetch {
+                            key,
+                            offset,
+                            max_bytes,
+                            wait_ms,
+                            replica,
+                        } if wait_ms > 0 => {
+                            let cancel = Rc::new(Watermark::new(0));
+                            shard
+                                .remote_waits
+                                .borrow_mut()
+                                .insert((from, id), cancel.clone());
+                            let outcome = shard
+                                .fetch_local(
+                                    &key,
+                                    offset,
+                                    max_bytes,
+                                    wait_ms,
+                                    replica,
+                                    Some(&cancel),
+                                )
+                                .await;
+                            shard.remote_waits.borrow_mut().remove(&(from, id));
+                            ShardReply::Fetch(outcome)
+                        }
+                        op => shard.execute(op).await,
+                    };
+                    let _ = shard
+                        .mesh
+                        .send(
+                            from,
+                            MeshMessage {
+                                from: shard.id,
+                                id,
+                                body: MeshBody::Reply(reply),
+                            },
+                        )
+                        .await;
+                })
+                .detach();
+            }
+        }
+    }
+
+    pub async fn execute(self: &Rc<Self>, op: ShardOp) -> ShardReply {
+        match op {
+            ShardOp::Produce {
+                key,
+                batch,
+                acks,
+                timeout_ms,
+            } => ShardReply::Produce(self.produce_local(key, batch, acks, timeout_ms).await),
+            ShardOp::Fetch {
+                key,
+                offset,
+                max_bytes,
+                wait_ms,
+                replica,
+            } => ShardReply::Fetch(
+                self.fetch_local(&key, offset, max_bytes, wait_ms, replica, None)
+                    .await,
+            ),
+            ShardOp::AlterIsr(request) => {
+                ShardReply::AlterIsr(super::controller_link::alter_isr(self, request).await)
+            }
+            ShardOp::ListOffset { key, timestamp_ms } => {
+                ShardReply::ListOffset(self.list_offset_local(&key, timestamp_ms).await)
+            }
+            ShardOp::Describe { key } => ShardReply::Describe(self.describe_local(&key)),
+            ShardOp::CreateTopics(specs) => ShardReply::Admin(self.create_topics(specs).await),
+            ShardOp::DeleteTopics(names) => ShardReply::Admin(self.delete_topics(names).await),
+            ShardOp::ApplyMetadata {
+                update,
+                broker_epoch,
+            } => {
+                self.apply_metadata(update, broker_epoch).await;
+                ShardReply::Applied
+            }
+            ShardOp::RenderMetrics => ShardReply::Metrics(self.render_metrics()),
+        }
+    }
+}
+
+/// A mesh request in flight; dropped before its answer came, it forgets the
+/// request and, for a fetch long poll, tells the other shard to stop waiting.
+struct PendingCall<'a> {
+    shard: &'a Rc<Shard>,
+    to: usize,
+    id: u64,
+    cancel_on_drop: bool,
+    answered: bool,
+}
+
+impl Drop for PendingCall<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        self.shard.pending.borrow_mut().remove(&self.id);
+        if self.cancel_on_drop {
+            let (shard, to, id) = (self.shard.clone(), self.to, self.id);
+            runtime::spawn(async move {
+                let cancel = MeshMessage {
+                    from: shard.id,
+                    id,
+                    body: MeshBody::Cancel,
+                };
+                let _ = shard.mesh.send(to, cancel).await;
+            })
+            .detach();
+        }
+    }
+}

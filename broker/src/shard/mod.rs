@@ -1,0 +1,316 @@
+//! One shard: the state a pinned core owns end to end (its partition replicas,
+//! their logs, roles and fetch waiters, its batch cache, its copy of the
+//! cluster view, its metrics) and the typed operations other shards may ask of
+//! it through the mesh. Nothing here is shared across cores. Which replicas a
+//! shard holds, and whether it leads them, follows from the controller's
+//! metadata: every update is applied to the view, then `reconcile` opens,
+//! re-roles or removes replicas to match.
+//!
+//! One module per concern, all on the one `Shard` whose fields only they see:
+//! `mesh` (what shards ask of each other), `produce`, `fetch` (consumers and
+//! the leader side of replication), `follower` and `fetcher` (the follower
+//! side), `replica` (roles, opening and removing), `reconcile` (metadata to
+//! replicas), `admin` (topic admin on shard 0), `controller_link` (shard 0's
+//! session with the controller), `maintenance` (periodic log work and ISR
+//! checks). The decisions they act on are pure functions in
+//! `crate::replication` and `crate::cluster_view`.
+
+mod admin;
+pub mod controller_link;
+mod error;
+mod fetch;
+pub mod fetcher;
+mod follower;
+mod maintenance;
+mod mesh;
+mod produce;
+mod reconcile;
+mod replica;
+
+use std::cell::{Cell, Ref, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use protocol::ErrorCode;
+
+use crate::batch_cache::BatchCache;
+use crate::clock::Clock;
+use crate::cluster_view::ClusterView;
+use crate::config::BrokerConfig;
+use crate::log::LogError;
+use crate::metrics::ShardMetrics;
+use crate::partition::PartitionKey;
+use crate::runtime::shards::Mesh;
+use crate::runtime::{self, OneshotSender, SerialGate, Watermark};
+use controller::BrokerId;
+
+pub use error::OpError;
+pub use mesh::{
+    FetchOutcome, MeshBody, MeshMessage, PartitionDetail, ProduceOutcome, ShardOp, ShardReply,
+    TopicOutcome,
+};
+pub use reconcile::{desired_replicas, DesiredReplica};
+pub use replica::Replica;
+
+pub use crate::replication::leader::FollowerFetch as ReplicaFetch;
+pub use crate::replication::role::Role;
+
+/// The shard that talks to the controller and forwards topic admin.
+pub const METADATA_SHARD: usize = 0;
+/// How long a forwarded topic creation or deletion waits for the broker's own
+/// metadata to show it before answering.
+pub const TOPIC_PROPAGATION_MS_MAX: u64 = 5_000;
+/// The file in a partition directory naming the topic id it belongs to, so a
+/// re-created topic of the same name never adopts an old topic's data.
+pub const TOPIC_ID_FILE: &str = "topic.id";
+/// How often leaders check whether their ISR should change.
+pub const ISR_CHECK_MS: u64 = 100;
+/// How often each replica's log does its periodic work.
+pub const LOG_MAINTENANCE_MS: u64 = 5;
+/// How often retention runs.
+pub const RETENTION_CHECK_MS: u64 = 5_000;
+
+#[derive(Debug)]
+pub struct Shard {
+    id: usize,
+    count: usize,
+    config: Rc<BrokerConfig>,
+    clock: Rc<dyn Clock>,
+    view: RefCell<ClusterView>,
+    replicas: RefCell<HashMap<PartitionKey, Rc<Replica>>>,
+    cache: RefCell<BatchCache>,
+    metrics: ShardMetrics,
+    mesh: Mesh<MeshMessage>,
+    pending: RefCell<HashMap<u64, OneshotSender<ShardReply>>>,
+    /// Fetch long polls other shards asked of this one, by (shard, request
+    /// id): raised to 1 when the asker cancels.
+    remote_waits: RefCell<HashMap<(usize, u64), Rc<Watermark>>>,
+    next_request_id: Cell<u64>,
+    admin_gate: SerialGate,
+    /// Serialises applying metadata and reconciling replicas.
+    apply_gate: SerialGate,
+    /// The view version whose replicas are all reconciled.
+    reconciled_version: Cell<u64>,
+    /// This broker's registration epoch: on shard 0 as the session learns
+    /// it, on every other shard as shard 0 passes it with each metadata
+    /// update; 0 before the first registration.
+    broker_epoch: Cell<u64>,
+    /// The controller that last answered, tried first by admin forwarding.
+    controller_hint: RefCell<Option<String>>,
+    /// 1 once the metadata shows this broker registered and unfenced: the
+    /// shard then opens its listeners.
+    serving: Watermark,
+    /// Set on a stop signal, before `stopping`: the broker hands its
+    /// leadership over while it still serves.
+    shutting_down: Cell<bool>,
+    /// Leader shard endpoints this shard runs a follower fetcher for.
+    fetchers: RefCell<std::collections::HashSet<String>>,
+    stopping: Cell<bool>,
+}
+
+impl Shard {
+    pub fn new(
+        id: usize,
+        count: usize,
+        config: Rc<BrokerConfig>,
+        clock: Rc<dyn Clock>,
+        mesh: Mesh<MeshMessage>,
+    ) -> Shard {
+        let cache = BatchCache::new(config.batch_cache_bytes_max);
+        Shard {
+            id,
+            count,
+            config,
+            clock,
+            view: RefCell::new(ClusterView::default()),
+            replicas: RefCell::new(HashMap::new()),
+            cache: RefCell::new(cache),
+            metrics: ShardMetrics::default(),
+            mesh,
+            pending: RefCell::new(HashMap::new()),
+            remote_waits: RefCell::new(HashMap::new()),
+            next_request_id: Cell::new(0),
+            admin_gate: SerialGate::new(),
+            apply_gate: SerialGate::new(),
+            reconciled_version: Cell::new(0),
+            broker_epoch: Cell::new(0),
+            controller_hint: RefCell::new(None),
+            serving: Watermark::new(0),
+            shutting_down: Cell::new(false),
+            fetchers: RefCell::new(std::collections::HashSet::new()),
+            stopping: Cell::new(false),
+        }
+    }
+
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// How many shards this broker runs.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    pub fn clock(&self) -> &Rc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn config(&self) -> &Rc<BrokerConfig> {
+        &self.config
+    }
+
+    /// This shard's copy of the cluster metadata.
+    pub fn view(&self) -> Ref<'_, ClusterView> {
+        self.view.borrow()
+    }
+
+    pub fn metrics(&self) -> &ShardMetrics {
+        &self.metrics
+    }
+
+    /// This broker's registration epoch as this shard knows it (0 before the
+    /// first registration).
+    pub fn broker_epoch(&self) -> u64 {
+        self.broker_epoch.get()
+    }
+
+    /// Records the registration epoch the controller session obtained.
+    pub fn set_broker_epoch(&self, epoch: u64) {
+        self.broker_epoch.set(epoch);
+    }
+
+    /// The replica of `key` this shard holds, if any.
+    pub fn replica_of(&self, key: &PartitionKey) -> Option<Rc<Replica>> {
+        self.replicas.borrow().get(key).cloned()
+    }
+
+    pub fn replica_count(&self) -> usize {
+        self.replicas.borrow().len()
+    }
+
+    /// Raised to 1 once the metadata shows this broker registered and
+    /// unfenced.
+    pub fn serving(&self) -> &Watermark {
+        &self.serving
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.get()
+    }
+
+    /// Tells every loop of this shard (listeners, fetchers, maintenance,
+    /// the controller session) to end.
+    pub fn stop(&self) {
+        self.stopping.set(true);
+    }
+
+    pub fn mesh_mut(&mut self) -> &mut Mesh<MeshMessage> {
+        &mut self.mesh
+    }
+
+    pub fn broker_id(&self) -> BrokerId {
+        BrokerId(u32::try_from(self.config.node_id).expect("node id validated >= 0"))
+    }
+
+    /// Whether the metadata holds this broker's current registration.
+    pub fn has_caught_up(&self) -> bool {
+        self.view
+            .borrow()
+            .knows_registration(self.broker_id(), self.broker_epoch.get())
+    }
+
+    pub fn is_serving(&self) -> bool {
+        self.serving.get() > 0
+    }
+
+    /// The shard of this broker holding a partition's replica.
+    pub fn owner(&self, topic: &str, partition: i32) -> Result<usize, OpError> {
+        self.view
+            .borrow()
+            .placement(self.broker_id(), topic, partition)
+            .map(|p| p.shard)
+            .map_err(|e| OpError::new(e.code, e.message))
+    }
+
+    fn replica(&self, key: &PartitionKey) -> Result<Rc<Replica>, OpError> {
+        self.replicas.borrow().get(key).cloned().ok_or_else(|| {
+            OpError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("{}-{} is not hosted here", key.topic, key.partition),
+            )
+        })
+    }
+
+    /// The replica, if this broker leads it: clients produce to and fetch
+    /// from leaders only.
+    /// Returns the replica and its leader epoch.
+    fn leader_replica(&self, key: &PartitionKey) -> Result<(Rc<Replica>, i32), OpError> {
+        let replica = self.replica(key)?;
+        let (leader, leader_epoch) = {
+            let role = replica.role.borrow();
+            (role.leader, role.leader_epoch)
+        };
+        if !leader {
+            return Err(OpError::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} does not lead {}-{}",
+                    self.config.node_id, key.topic, key.partition
+                ),
+            ));
+        }
+        Ok((replica, leader_epoch))
+    }
+
+    /// Controlled shutdown, on every shard: keep serving until the metadata
+    /// shows this broker fenced (its partitions led elsewhere) or `deadline`
+    /// (on the monotonic clock).
+    /// Shard 0 asks the controller for it.
+    pub async fn hand_over(&self, deadline: Duration) {
+        self.shutting_down.set(true);
+        if self.id == METADATA_SHARD {
+            controller_link::request_shutdown(self, deadline).await;
+        }
+        let me = self.broker_id();
+        while self.clock.monotonic() < deadline {
+            let fenced = self.view.borrow().brokers.get(&me).is_none_or(|b| b.fenced);
+            if fenced {
+                return;
+            }
+            runtime::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A log error as the wire reports it, counted when it is the disk's fault.
+    fn log_error(&self, e: LogError) -> OpError {
+        if matches!(e, LogError::Io { .. } | LogError::Corrupt { .. }) {
+            self.metrics.on_storage_error();
+        }
+        e.into()
+    }
+
+    /// Flushes and closes every log (graceful shutdown).
+    pub async fn close_all(&self) {
+        let replicas: Vec<(PartitionKey, Rc<Replica>)> = self
+            .replicas
+            .borrow()
+            .iter()
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect();
+        for (key, replica) in replicas {
+            if let Err(e) = replica.log.close().await {
+                tracing::error!(error = %e, topic = %key.topic, partition = key.partition, "closing log failed");
+            }
+        }
+    }
+
+    pub fn render_metrics(&self) -> String {
+        let mut partitions: BTreeMap<PartitionKey, i64> = BTreeMap::new();
+        for (key, replica) in self.replicas.borrow().iter() {
+            partitions.insert(key.clone(), replica.log.log_end_offset().0);
+        }
+        self.metrics
+            .render(self.id, &partitions, self.cache.borrow().size_bytes())
+    }
+}

@@ -1,0 +1,187 @@
+//! Produce on the leader: append, then answer by acks (0: at once; 1: once the
+//! records are stable under the flush policy; all: once the high watermark
+//! passed them, as `replication::ack::decide` rules).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use protocol::{ErrorCode, LeaderEpoch};
+
+use super::{OpError, ProduceOutcome, Replica, Shard, ISR_CHECK_MS};
+use crate::partition::PartitionKey;
+use crate::runtime;
+
+impl Shard {
+    pub(super) async fn produce_local(
+        &self,
+        key: PartitionKey,
+        batch: Bytes,
+        acks: i16,
+        timeout_ms: u64,
+    ) -> Result<ProduceOutcome, OpError> {
+        let (replica, leader_epoch) = self.leader_replica(&key)?;
+        if self.stopping.get() {
+            return Err(OpError::new(
+                ErrorCode::ShuttingDown,
+                "broker is shutting down",
+            ));
+        }
+        let (isr_size, min_insync) = {
+            let role = replica.role.borrow();
+            (role.isr.len(), role.min_insync)
+        };
+        if acks == -1 && isr_size < min_insync {
+            return Err(OpError::new(
+                ErrorCode::NotEnoughReplicas,
+                format!(
+                    "{}-{} has {} in-sync replicas, fewer than min.insync.replicas {}",
+                    key.topic, key.partition, isr_size, min_insync
+                ),
+            ));
+        }
+        let epoch = LeaderEpoch(leader_epoch);
+        let info = replica.log.append(&batch, epoch).await?;
+        self.note_epoch(&replica, leader_epoch, info.base_offset.0);
+        self.cache
+            .borrow_mut()
+            .insert(&key, info.base_offset, info.log_end_offset, epoch, batch);
+        replica.log_end.advance(info.log_end_offset.0);
+        self.update_high_watermark(&replica);
+        self.metrics
+            .on_append(info.log_end_offset.0 - info.base_offset.0);
+        // acks=1 and acks=all are answered only once the records are stable
+        // under the flush policy (at least written to the file), so a crash of
+        // this process right after the answer cannot lose them.
+        if acks != 0 {
+            if let Err(e) = replica.log.wait_for_ack(info.log_end_offset).await {
+                return Err(if !replica.leads_at(leader_epoch) {
+                    OpError::new(
+                        ErrorCode::NotLeaderOrFollower,
+                        format!(
+                            "leadership of {}-{} moved before the write was durable",
+                            key.topic, key.partition
+                        ),
+                    )
+                } else {
+                    e.into()
+                });
+            }
+            self.update_high_watermark(&replica);
+        }
+        if acks == -1 {
+            self.wait_committed(
+                &key,
+                &replica,
+                leader_epoch,
+                info.log_end_offset.0,
+                timeout_ms,
+            )
+            .await?;
+        }
+        Ok(ProduceOutcome {
+            base_offset: info.base_offset,
+            log_start_offset: replica.log.log_start_offset(),
+            log_end_offset: info.log_end_offset,
+        })
+    }
+
+    /// acks=all: waits until the high watermark passes `end`, that is until
+    /// every in-sync replica holds the records stably, and answers by
+    /// `replication::ack::decide` as things stand then: fails at once if this
+    /// broker stops leading at that epoch, refuses if the ISR shrank below
+    /// `min.insync.replicas`, and times out after `timeout_ms` (the records
+    /// stay in the log; they may still commit).
+    pub(super) async fn wait_committed(
+        &self,
+        key: &PartitionKey,
+        replica: &Replica,
+        leader_epoch: i32,
+        end: i64,
+        timeout_ms: u64,
+    ) -> Result<(), OpError> {
+        use crate::replication::ack::{decide, AckDecision, AckView};
+        let deadline = self.clock.now_ms().saturating_add(timeout_ms as i64);
+        loop {
+            let decision = {
+                let role = replica.role.borrow();
+                decide(AckView {
+                    leads_at_append_epoch: role.leader && role.leader_epoch == leader_epoch,
+                    high_watermark: replica.high_watermark.get(),
+                    batch_end: end,
+                    isr_len: role.isr.len(),
+                    min_insync: role.min_insync,
+                })
+            };
+            match decision {
+                AckDecision::Committed => return Ok(()),
+                AckDecision::NotLeader => {
+                    return Err(OpError::new(
+                        ErrorCode::NotLeaderOrFollower,
+                        format!(
+                            "leadership of {}-{} moved before the write was replicated",
+                            key.topic, key.partition
+                        ),
+                    ))
+                }
+                AckDecision::NotEnoughReplicasAfterAppend => {
+                    let role = replica.role.borrow();
+                    return Err(OpError::new(
+                        ErrorCode::NotEnoughReplicasAfterAppend,
+                        format!(
+                            "{}-{}: written, but the ISR shrank to {} below min.insync.replicas {}",
+                            key.topic,
+                            key.partition,
+                            role.isr.len(),
+                            role.min_insync
+                        ),
+                    ));
+                }
+                AckDecision::Wait => {}
+            }
+            let now_ms = self.clock.now_ms();
+            if now_ms >= deadline {
+                return Err(OpError::new(
+                    ErrorCode::RequestTimedOut,
+                    format!(
+                        "{}-{}: in-sync replicas did not confirm offset {} within {timeout_ms} ms",
+                        key.topic,
+                        key.partition,
+                        end - 1
+                    ),
+                ));
+            }
+            let wait_ms = (deadline - now_ms).clamp(1, ISR_CHECK_MS as i64) as u64;
+            let version = replica.role_version.get();
+            runtime::timeout(
+                Duration::from_millis(wait_ms),
+                futures_lite::future::or(
+                    replica.high_watermark.wait_at_least(end),
+                    replica.role_version.wait_at_least(version + 1),
+                ),
+            )
+            .await;
+        }
+    }
+
+    /// Records that `epoch` starts at `start` if it is new, durably.
+    pub(super) fn note_epoch(&self, replica: &Replica, epoch: i32, start: i64) {
+        let changed = replica.epochs.borrow_mut().assign(epoch, start);
+        if changed {
+            if let Err(e) = replica.epochs.borrow().save(replica.log.dir()) {
+                self.metrics.on_storage_error();
+                tracing::warn!(error = %e, dir = %replica.log.dir().display(), "saving the leader epoch history failed");
+            }
+        }
+    }
+
+    /// A leader's high watermark from its ISR's progress and its own stable
+    /// offset; wakes consumers.
+    pub(super) fn update_high_watermark(&self, replica: &Replica) {
+        let end = replica.log.stable_offset().0;
+        let hw = match replica.leader_state.borrow_mut().as_mut() {
+            Some(state) => state.update_high_watermark(&replica.role.borrow().isr, end),
+            None => return,
+        };
+        replica.high_watermark.advance(hw);
+    }
+}
