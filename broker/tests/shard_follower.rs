@@ -292,7 +292,10 @@ fn desired_replicas_follow_the_view_for_each_broker_and_shard() {
     assert!(!follower.role.leader);
     assert_eq!(follower.role.leader_epoch, 4);
     assert_eq!(follower.role.partition_epoch, 6);
-    assert_eq!(follower.role.leader_endpoint.as_deref(), Some("127.0.0.1:9"));
+    assert_eq!(
+        follower.role.leader_endpoint.as_deref(),
+        Some("127.0.0.1:9")
+    );
     assert_eq!(follower.role.replicas, vec![LEADER, ME]);
     assert_eq!(follower.topic_id, 1);
 
@@ -302,6 +305,10 @@ fn desired_replicas_follow_the_view_for_each_broker_and_shard() {
     assert_eq!(leader.role.leader_endpoint, None);
 
     // Another shard of the broker, and a broker holding no replica.
-    assert!(desired_replicas(&view, &defaults, BrokerId(ME), 1).0.is_empty());
-    assert!(desired_replicas(&view, &defaults, BrokerId(9), 0).0.is_empty());
+    assert!(desired_replicas(&view, &defaults, BrokerId(ME), 1)
+        .0
+        .is_empty());
+    assert!(desired_replicas(&view, &defaults, BrokerId(9), 0)
+        .0
+        .is_empty());
 }

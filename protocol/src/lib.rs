@@ -30,7 +30,10 @@ pub use generated::ringlog::wire;
 
 pub use api::ApiKey;
 pub use error_code::ErrorCode;
-pub use ids::{LeaderEpoch, Offset, ProducerEpoch, ProducerId, Sequence};
+pub use ids::{
+    BrokerEpoch, BrokerId, LeaderEpoch, MetadataVersion, Offset, PartitionEpoch, PartitionIndex,
+    ProducerEpoch, ProducerId, Sequence, ShardIndex, TopicId,
+};
 pub use record_batch::{
     BatchBuilder, BatchError, BatchHeader, Compression, Record, RecordBatch, RecordHeader,
     RecordIter, RecordRef, BATCH_HEADER_BYTES,
