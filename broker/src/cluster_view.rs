@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use controller::messages::{BrokerView, DeltaView, ImageView, MetadataUpdate};
-use controller::{BrokerId, MetadataVersion, PartitionRecord, TopicId, TopicRecord};
+use protocol::control::messages::{BrokerView, DeltaView, ImageView, MetadataUpdate};
+use protocol::control::records::{PartitionRecord, TopicRecord};
 use protocol::ErrorCode;
+use protocol::{BrokerId, MetadataVersion, TopicId};
 
 use crate::log::{FlushPolicy, LogConfig};
 
@@ -282,7 +283,7 @@ pub fn topic_log_config(
                 config.flush_policy = value.parse::<FlushPolicy>().map_err(|e| invalid(&e))?
             }
             // Read by the controller, not the log.
-            controller::records::UNCLEAN_LEADER_ELECTION_ENABLE => match value.as_str() {
+            protocol::control::records::UNCLEAN_LEADER_ELECTION_ENABLE => match value.as_str() {
                 "true" | "false" => {}
                 _ => return Err(invalid("expected true or false")),
             },
@@ -320,10 +321,8 @@ pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use controller::{
-        BrokerEndpoints, BrokerEpoch, LeaderEpoch, PartitionEpoch, PartitionIndex, Replica,
-        ShardIndex,
-    };
+    use protocol::control::records::{BrokerEndpoints, Replica};
+    use protocol::{BrokerEpoch, LeaderEpoch, PartitionEpoch, PartitionIndex, ShardIndex};
 
     use super::*;
 

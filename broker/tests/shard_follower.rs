@@ -24,12 +24,14 @@ use broker::config::{BrokerConfig, FileConfig};
 use broker::partition::PartitionKey;
 use broker::shard::{MeshMessage, Replica, Shard};
 use bytes::Bytes;
-use controller::messages::{BrokerView, ImageView, MetadataUpdate};
-use controller::{
-    BrokerEndpoints, BrokerEpoch, BrokerId, LeaderEpoch, MetadataVersion, PartitionEpoch,
-    PartitionRecord, Replica as ReplicaRecord, ShardIndex, TopicId, TopicRecord,
+use protocol::control::messages::{BrokerView, ImageView, MetadataUpdate};
+use protocol::control::records::{
+    BrokerEndpoints, PartitionRecord, Replica as ReplicaRecord, TopicRecord,
 };
 use protocol::replica_fetch::FetchedPartition as Fetched;
+use protocol::{
+    BrokerEpoch, BrokerId, LeaderEpoch, MetadataVersion, PartitionEpoch, ShardIndex, TopicId,
+};
 use protocol::{ErrorCode, LeaderEpoch as BatchEpoch, Offset};
 
 const ME: u32 = 1;

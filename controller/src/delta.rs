@@ -5,33 +5,8 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{BrokerId, MetadataVersion, PartitionIndex, TopicId};
-use crate::records::{BrokerRecord, PartitionRecord, TopicRecord};
-
-/// One change a broker can see. A command produces one or more deltas, all tagged
-/// with the version it created.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Delta {
-    BrokerRegistered(BrokerRecord),
-    BrokerFenced(BrokerId),
-    BrokerUnfenced(BrokerId),
-    TopicCreated(TopicRecord),
-    TopicDeleted {
-        topic_id: TopicId,
-        name: String,
-    },
-    PartitionChanged {
-        topic_id: TopicId,
-        partition: PartitionIndex,
-        record: PartitionRecord,
-    },
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VersionedDelta {
-    pub version: MetadataVersion,
-    pub delta: Delta,
-}
+use crate::ids::MetadataVersion;
+pub use protocol::control::records::{Delta, VersionedDelta};
 
 /// The requested version is older than the retained history (or newer than the
 /// state): the caller must load the whole metadata image instead.

@@ -23,6 +23,8 @@ pub mod state;
 pub mod store;
 mod validate;
 pub mod wire;
+#[cfg(test)]
+mod wire_tests;
 
 pub use command::{Command, CommandError, Outcome, Reply};
 pub use delta::{Delta, NeedSnapshot, VersionedDelta};

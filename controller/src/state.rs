@@ -53,14 +53,7 @@ impl Default for StateLimits {
     }
 }
 
-/// A copy of everything a broker needs, at one version: what a broker loads when
-/// `deltas_since` answers `NeedSnapshot`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MetadataImage {
-    pub metadata_version: MetadataVersion,
-    pub brokers: Vec<BrokerRecord>,
-    pub topics: Vec<TopicRecord>,
-}
+pub use protocol::control::records::MetadataImage;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {

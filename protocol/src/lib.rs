@@ -4,6 +4,7 @@
 //! on no other crate of the workspace.
 
 pub mod api;
+pub mod control;
 pub mod error_code;
 pub mod frame;
 pub mod ids;

@@ -5,7 +5,7 @@
 
 use std::rc::Rc;
 
-use controller::messages::BrokerView;
+use protocol::control::messages::BrokerView;
 use protocol::flatbuffers::{FlatBufferBuilder, WIPOffset};
 use protocol::{wire, ErrorCode};
 

@@ -1,7 +1,8 @@
 //! The partition directory's small metadata files: the recovery-point checkpoint
 //! (every offset below it is synced and its segments need no rescan) and the
 //! clean-shutdown marker. Both are tiny and rare, so they use blocking std I/O
-//! with write-to-temp, fsync, rename, fsync-directory.
+//! with write-to-temp, fsync, rename, fsync-directory; the log runs them on
+//! the executor's blocking thread (`runtime::blocking`), never on the shard's.
 
 use std::fs;
 use std::io::{self, Write};
@@ -64,11 +65,13 @@ pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<(
 
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     fs::File::open(dir)?.sync_all()?;
-    SYNCED_DIRS.with(|synced| {
-        if let Some(synced) = synced.borrow_mut().as_mut() {
-            synced.push(dir.to_path_buf());
-        }
-    });
+    if let Some(synced) = SYNCED_DIRS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_mut()
+    {
+        synced.push(dir.to_path_buf());
+    }
     Ok(())
 }
 
@@ -98,14 +101,16 @@ pub fn create_dir_durably(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-thread_local! {
-    /// Directories synced on this thread, while a test records them.
-    static SYNCED_DIRS: std::cell::RefCell<Option<Vec<PathBuf>>> =
-        const { std::cell::RefCell::new(None) };
-}
+/// Directories synced by this process (on any thread: the log syncs on the
+/// executor's blocking thread), while a test records them.
+static SYNCED_DIRS: std::sync::Mutex<Option<Vec<PathBuf>>> = std::sync::Mutex::new(None);
 
-/// Starts recording the directories this thread syncs, for tests that check
+/// Starts recording the directories this process syncs, for tests that check
 /// durability steps; returns what was recorded since the previous call.
 pub fn record_dir_syncs() -> Vec<PathBuf> {
-    SYNCED_DIRS.with(|synced| synced.borrow_mut().replace(Vec::new()).unwrap_or_default())
+    SYNCED_DIRS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .replace(Vec::new())
+        .unwrap_or_default()
 }

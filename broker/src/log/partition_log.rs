@@ -151,7 +151,10 @@ impl PartitionLog {
         clock: Rc<dyn Clock>,
     ) -> LogResult<Rc<PartitionLog>> {
         config.validate()?;
-        checkpoint::create_dir_durably(dir).map_err(|e| LogError::io(dir, e))?;
+        let owned = dir.to_path_buf();
+        runtime::blocking(move || checkpoint::create_dir_durably(&owned))
+            .await
+            .map_err(|e| LogError::io(dir, e))?;
         let recovered = recovery::recover(dir, &config, clock.now_ms()).await?;
         let log_end = recovered
             .segments
@@ -184,7 +187,7 @@ impl PartitionLog {
             file.fdatasync()
                 .await
                 .map_err(|e| LogError::io(&log.dir, e))?;
-            log.persist_recovery_point(log_end)?;
+            log.persist_recovery_point(log_end).await?;
         }
         log.check_invariants();
         Ok(Rc::new(log))
@@ -477,12 +480,12 @@ impl PartitionLog {
         let due =
             now_ms - self.state.borrow().recovery_point_written_ms >= RECOVERY_POINT_CHECKPOINT_MS;
         if due && self.durable_offset() > self.recovery_point() {
-            self.persist_recovery_point(self.durable_offset())?;
+            self.persist_recovery_point(self.durable_offset()).await?;
         }
         Ok(())
     }
 
-    fn persist_recovery_point(&self, offset: Offset) -> LogResult<()> {
+    async fn persist_recovery_point(&self, offset: Offset) -> LogResult<()> {
         {
             let state = self.state.borrow();
             for segment in state.segments.iter().filter(|s| s.next_offset <= offset) {
@@ -499,7 +502,9 @@ impl PartitionLog {
                 );
             }
         }
-        checkpoint::write_recovery_point(&self.dir, offset)
+        let dir = self.dir.clone();
+        runtime::blocking(move || checkpoint::write_recovery_point(&dir, offset))
+            .await
             .map_err(|e| LogError::io(&self.dir, e))?;
         let mut state = self.state.borrow_mut();
         state.recovery_point = offset;
@@ -678,7 +683,7 @@ impl PartitionLog {
         if next_offset.0 > self.durable.get() {
             self.durable.advance(next_offset.0);
         }
-        self.persist_recovery_point(next_offset)?;
+        self.persist_recovery_point(next_offset).await?;
         Ok(())
     }
 
@@ -1051,7 +1056,7 @@ impl PartitionLog {
             self.written.reset(new_end.0);
         }
         if self.recovery_point() > new_end {
-            self.persist_recovery_point(new_end)?;
+            self.persist_recovery_point(new_end).await?;
         }
         self.check_invariants();
         Ok(Some(new_end))
@@ -1159,7 +1164,7 @@ impl PartitionLog {
             let mut state = self.state.borrow_mut();
             state.recovery_point = Offset(state.recovery_point.0.min(offset.0));
         }
-        self.persist_recovery_point(offset)
+        self.persist_recovery_point(offset).await
     }
 
     fn scan_error(&self, base: Offset, error: super::scan::ScanError) -> LogError {
@@ -1269,8 +1274,11 @@ impl PartitionLog {
         let base = self.state.borrow().active().base;
         let file = self.ensure_file(base).await?;
         let end = self.seal_files(base, &file).await?;
-        self.persist_recovery_point(end)?;
-        checkpoint::write_clean_shutdown(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
+        self.persist_recovery_point(end).await?;
+        let dir = self.dir.clone();
+        runtime::blocking(move || checkpoint::write_clean_shutdown(&dir))
+            .await
+            .map_err(|e| LogError::io(&self.dir, e))?;
         self.state.borrow_mut().closed = true;
         Ok(())
     }

@@ -70,6 +70,17 @@ impl<T> Future for Task<T> {
     }
 }
 
+/// Runs blocking `work` (a small file written and fsynced, a directory
+/// removed) on the executor's blocking thread, so the shard keeps serving
+/// while it waits on the disk.
+pub async fn blocking<F, R>(work: F) -> R
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    glommio::executor().spawn_blocking(work).await
+}
+
 /// Sleeps on the current executor's timer.
 pub async fn sleep(duration: Duration) {
     glommio::timer::sleep(duration).await;

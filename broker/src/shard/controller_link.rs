@@ -14,12 +14,13 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use controller::messages::{
+use protocol::api::{ApiKey, ControllerApiKey};
+use protocol::control::messages::{
     ApiFailure, BrokerHeartbeat, CreateTopicSpec, FetchMetadata, MetadataUpdate, RegisterBroker,
     SessionState, TopicOutcome as ControllerTopicOutcome,
 };
-use controller::{BrokerEndpoints, BrokerEpoch};
-use protocol::api::{ApiKey, ControllerApiKey};
+use protocol::control::records::BrokerEndpoints;
+use protocol::BrokerEpoch;
 use protocol::ErrorCode;
 
 use super::{OpError, Shard, TopicOutcome};
@@ -174,12 +175,12 @@ async fn register(
     let body = connection
         .call(
             ControllerApiKey::RegisterBroker as u16,
-            &controller::wire::encode_register_broker_request(&request),
+            &protocol::control::codec::encode_register_broker_request(&request),
             0,
         )
         .await?;
     let registered =
-        controller::wire::decode_register_broker_response(&body).map_err(malformed)??;
+        protocol::control::codec::decode_register_broker_response(&body).map_err(malformed)??;
     let interval = Duration::from_millis((registered.session_timeout_ms / 3).max(50));
     Ok((registered.broker_epoch, interval))
 }
@@ -236,12 +237,12 @@ async fn session(
         let body = connection
             .call(
                 ControllerApiKey::BrokerHeartbeat as u16,
-                &controller::wire::encode_broker_heartbeat_request(&request),
+                &protocol::control::codec::encode_broker_heartbeat_request(&request),
                 0,
             )
             .await?;
-        let state =
-            controller::wire::decode_broker_heartbeat_response(&body).map_err(malformed)??;
+        let state = protocol::control::codec::decode_broker_heartbeat_response(&body)
+            .map_err(malformed)??;
         match state {
             SessionState::Unregistered => {
                 registration.session = None;
@@ -289,12 +290,12 @@ async fn follow_metadata(shard: &Rc<Shard>, target: &str) -> Result<(), LinkErro
         let body = connection
             .call(
                 ControllerApiKey::FetchMetadata as u16,
-                &controller::wire::encode_fetch_metadata_request(&request),
+                &protocol::control::codec::encode_fetch_metadata_request(&request),
                 u64::from(request.max_wait_ms),
             )
             .await?;
-        let update =
-            controller::wire::decode_fetch_metadata_response(&body).map_err(malformed)??;
+        let update = protocol::control::codec::decode_fetch_metadata_response(&body)
+            .map_err(malformed)??;
         *shard.controller_hint.borrow_mut() = Some(target.to_owned());
         let empty = matches!(&update, MetadataUpdate::Deltas { deltas, metadata_version } if deltas.is_empty() && *metadata_version == request.from_version);
         if !empty {
@@ -320,27 +321,27 @@ pub async fn forward_create(shard: &Shard, specs: &[TopicSpec]) -> Vec<TopicOutc
             config: s.configs.clone(),
         })
         .collect();
-    let body = controller::wire::encode_create_topics_request(&requests);
+    let body = protocol::control::codec::encode_create_topics_request(&requests);
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     forward(
         shard,
         ApiKey::CreateTopics,
         &body,
         &names,
-        controller::wire::decode_create_topics_response,
+        protocol::control::codec::decode_create_topics_response,
     )
     .await
 }
 
 /// Sends topic deletions to the controller leader; one outcome per name.
 pub async fn forward_delete(shard: &Shard, names: &[String]) -> Vec<TopicOutcome> {
-    let body = controller::wire::encode_delete_topics_request(names);
+    let body = protocol::control::codec::encode_delete_topics_request(names);
     forward(
         shard,
         ApiKey::DeleteTopics,
         &body,
         names,
-        controller::wire::decode_delete_topics_response,
+        protocol::control::codec::decode_delete_topics_response,
     )
     .await
 }
@@ -394,7 +395,7 @@ async fn forward(
     api: ApiKey,
     body: &[u8],
     names: &[String],
-    decode: fn(&[u8]) -> Result<Vec<ControllerTopicOutcome>, controller::wire::WireError>,
+    decode: fn(&[u8]) -> Result<Vec<ControllerTopicOutcome>, protocol::control::codec::WireError>,
 ) -> Vec<TopicOutcome> {
     let answer = call_leader(
         shard,
@@ -453,7 +454,7 @@ pub async fn request_shutdown(shard: &Shard, deadline: Duration) {
         ready: false,
         want_shutdown: true,
     };
-    let body = controller::wire::encode_broker_heartbeat_request(&request);
+    let body = protocol::control::codec::encode_broker_heartbeat_request(&request);
     let answer = call_leader(
         shard,
         "controlled shutdown",
@@ -461,7 +462,12 @@ pub async fn request_shutdown(shard: &Shard, deadline: Duration) {
         &body,
         usize::MAX,
         Some(deadline),
-        |body| Ok(controller::wire::decode_broker_heartbeat_response(body).map_err(malformed)??),
+        |body| {
+            Ok(
+                protocol::control::codec::decode_broker_heartbeat_response(body)
+                    .map_err(malformed)??,
+            )
+        },
     )
     .await;
     match answer {
@@ -480,9 +486,9 @@ pub async fn request_shutdown(shard: &Shard, deadline: Duration) {
 /// partition epoch when applied.
 pub async fn alter_isr(
     shard: &Shard,
-    request: controller::messages::AlterIsr,
+    request: protocol::control::messages::AlterIsr,
 ) -> Result<(Vec<u32>, i32), OpError> {
-    let body = controller::wire::encode_alter_isr_request(&request);
+    let body = protocol::control::codec::encode_alter_isr_request(&request);
     let answer = call_leader(
         shard,
         "alter ISR",
@@ -490,7 +496,7 @@ pub async fn alter_isr(
         &body,
         admin_attempts_max(shard),
         None,
-        |body| Ok(controller::wire::decode_alter_isr_response(body).map_err(malformed)??),
+        |body| Ok(protocol::control::codec::decode_alter_isr_response(body).map_err(malformed)??),
     )
     .await;
     match answer {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use controller::BrokerId;
+use protocol::BrokerId;
 use protocol::{ErrorCode, Offset};
 
 use super::{FetchOutcome, OpError, PartitionDetail, Replica, ReplicaFetch, Shard};

@@ -5,7 +5,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use controller::BrokerId;
+use protocol::BrokerId;
 use protocol::Offset;
 
 use super::{
@@ -50,16 +50,16 @@ impl Shard {
             .map(|s| s.member_epochs(&new_isr, self.broker_epoch.get()))
             .unwrap_or_default()
             .into_iter()
-            .map(controller::BrokerEpoch)
+            .map(protocol::BrokerEpoch)
             .collect();
-        let request = controller::messages::AlterIsr {
+        let request = protocol::control::messages::AlterIsr {
             leader_id: self.broker_id(),
-            topic_id: controller::TopicId(replica.topic_id),
-            partition: controller::PartitionIndex(
+            topic_id: protocol::TopicId(replica.topic_id),
+            partition: protocol::PartitionIndex(
                 u32::try_from(key.partition).expect("partition index non-negative"),
             ),
-            leader_epoch: controller::LeaderEpoch(role.leader_epoch),
-            partition_epoch: controller::PartitionEpoch(role.partition_epoch),
+            leader_epoch: protocol::LeaderEpoch(role.leader_epoch),
+            partition_epoch: protocol::PartitionEpoch(role.partition_epoch),
             new_isr: new_isr.iter().map(|&b| BrokerId(b)).collect(),
             new_isr_epochs,
         };

@@ -6,7 +6,7 @@
 use std::rc::Rc;
 
 use bytes::Bytes;
-use controller::messages::MetadataUpdate;
+use protocol::control::messages::MetadataUpdate;
 use protocol::Offset;
 
 use super::{OpError, ReplicaFetch, Shard};
@@ -67,7 +67,7 @@ pub enum ShardOp {
         replica: Option<ReplicaFetch>,
     },
     /// To shard 0, which forwards it to the controller.
-    AlterIsr(controller::messages::AlterIsr),
+    AlterIsr(protocol::control::messages::AlterIsr),
     ListOffset {
         key: PartitionKey,
         timestamp_ms: i64,

@@ -43,7 +43,7 @@ use crate::metrics::ShardMetrics;
 use crate::partition::PartitionKey;
 use crate::runtime::shards::Mesh;
 use crate::runtime::{self, OneshotSender, SerialGate, Watermark};
-use controller::BrokerId;
+use protocol::BrokerId;
 
 pub use error::OpError;
 pub use mesh::{

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use controller::messages::MetadataUpdate;
-use controller::BrokerId;
+use protocol::control::messages::MetadataUpdate;
+use protocol::BrokerId;
 
 use super::{Replica, Role, Shard, ShardOp, METADATA_SHARD};
 use crate::cluster_view::{min_insync, topic_log_config, ClusterView, ViewError};

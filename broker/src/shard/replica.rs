@@ -10,7 +10,7 @@ use crate::log::{LogError, PartitionLog};
 use crate::partition::PartitionKey;
 use crate::replication::epochs::EpochHistory;
 use crate::replication::leader::LeaderState;
-use crate::runtime::Watermark;
+use crate::runtime::{self, Watermark};
 
 #[derive(Debug)]
 pub struct Replica {
@@ -116,19 +116,30 @@ impl Shard {
     ) -> Result<Rc<PartitionLog>, LogError> {
         let dir = partition_dir(&self.config.data_dir, &key.topic, key.partition);
         let marker = dir.join(TOPIC_ID_FILE);
-        match std::fs::read_to_string(&marker) {
+        let read = {
+            let marker = marker.clone();
+            runtime::blocking(move || std::fs::read_to_string(marker)).await
+        };
+        match read {
             Ok(text) if text.trim() == topic_id.to_string() => {}
             Ok(text) => {
                 tracing::warn!(dir = %dir.display(), old_topic_id = %text.trim(), topic_id, "removing the data of a deleted topic of the same name");
-                std::fs::remove_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
+                let old = dir.clone();
+                runtime::blocking(move || std::fs::remove_dir_all(old))
+                    .await
+                    .map_err(|e| LogError::io(&dir, e))?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(LogError::io(&marker, e)),
         }
         let log = PartitionLog::open(&dir, log_config, self.clock.clone()).await?;
         if !marker.exists() {
-            crate::log::write_atomically(&dir, TOPIC_ID_FILE, topic_id.to_string().as_bytes())
-                .map_err(|e| LogError::io(&marker, e))?;
+            let owned = dir.clone();
+            runtime::blocking(move || {
+                crate::log::write_atomically(&owned, TOPIC_ID_FILE, topic_id.to_string().as_bytes())
+            })
+            .await
+            .map_err(|e| LogError::io(&marker, e))?;
         }
         Ok(log)
     }
@@ -141,7 +152,8 @@ impl Shard {
             if let Err(e) = replica.log.close().await {
                 tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "closing a removed replica failed");
             }
-            if let Err(e) = std::fs::remove_dir_all(replica.log.dir()) {
+            let dir = replica.log.dir().to_path_buf();
+            if let Err(e) = runtime::blocking(move || std::fs::remove_dir_all(dir)).await {
                 tracing::warn!(error = %e, dir = %replica.log.dir().display(), "removing a replica's data failed");
             }
         }
