@@ -11,7 +11,7 @@ use broker::replication::epochs::EpochHistory;
 use broker::replication::follower::{decide, FollowerAction, LeaderAnswer};
 use broker::replication::leader::{check_follower_fetch, FollowerFetch, FollowerFetchCheck};
 use proptest::prelude::*;
-use protocol::ErrorCode;
+use protocol::{BrokerId, ErrorCode, LeaderEpoch};
 
 #[derive(Clone, Debug, Default)]
 struct Replica {
@@ -49,10 +49,10 @@ fn sync(follower: &mut Replica, leader: &Replica, leader_epoch: i32) -> usize {
         assert!(rounds < 64, "sync does not converge");
         let fetch_offset = follower.end();
         let fetch = FollowerFetch {
-            broker_id: 2,
+            broker_id: BrokerId(2),
             broker_epoch: 1,
-            current_leader_epoch: leader_epoch,
-            last_fetched_epoch: follower.history.latest_epoch().unwrap_or(-1),
+            current_leader_epoch: LeaderEpoch(leader_epoch),
+            last_fetched_epoch: LeaderEpoch(follower.history.latest_epoch().unwrap_or(-1)),
         };
         let mut answer = LeaderAnswer {
             error: ErrorCode::None,
@@ -62,7 +62,7 @@ fn sync(follower: &mut Replica, leader: &Replica, leader_epoch: i32) -> usize {
             diverging: None,
         };
         match check_follower_fetch(
-            leader_epoch,
+            LeaderEpoch(leader_epoch),
             &fetch,
             fetch_offset,
             &leader.history,

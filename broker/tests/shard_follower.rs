@@ -157,7 +157,12 @@ fn a_lower_high_watermark_from_a_new_leader_lowers_the_followers() {
     let dir = tempfile::tempdir().unwrap();
     with_follower(dir.path(), |shard, replica| async move {
         shard
-            .apply_fetched(&key(), &replica, 1, answer(leader_batches(0, 5, 0, 1), 16))
+            .apply_fetched(
+                &key(),
+                &replica,
+                LeaderEpoch(1),
+                answer(leader_batches(0, 5, 0, 1), 16),
+            )
             .await
             .expect("applied");
         assert_eq!(replica.log.log_end_offset(), Offset(20));
@@ -165,7 +170,7 @@ fn a_lower_high_watermark_from_a_new_leader_lowers_the_followers() {
         // A new leader that learned a lower watermark (it was behind as a
         // follower) answers with it.
         shard
-            .apply_fetched(&key(), &replica, 1, answer(Bytes::new(), 8))
+            .apply_fetched(&key(), &replica, LeaderEpoch(1), answer(Bytes::new(), 8))
             .await
             .expect("applied");
         assert_eq!(replica.high_watermark.get(), 8);
@@ -177,7 +182,12 @@ fn a_follower_below_the_leaders_log_start_starts_over_there() {
     let dir = tempfile::tempdir().unwrap();
     with_follower(dir.path(), |shard, replica| async move {
         shard
-            .apply_fetched(&key(), &replica, 1, answer(leader_batches(0, 2, 0, 1), 8))
+            .apply_fetched(
+                &key(),
+                &replica,
+                LeaderEpoch(1),
+                answer(leader_batches(0, 2, 0, 1), 8),
+            )
             .await
             .expect("applied");
         assert_eq!(replica.log.log_end_offset(), Offset(8));
@@ -188,7 +198,7 @@ fn a_follower_below_the_leaders_log_start_starts_over_there() {
             ..answer(Bytes::new(), 1_100)
         };
         shard
-            .apply_fetched(&key(), &replica, 1, gone)
+            .apply_fetched(&key(), &replica, LeaderEpoch(1), gone)
             .await
             .expect("restarted");
         assert_eq!(replica.log.log_start_offset(), Offset(1_000));
@@ -199,7 +209,7 @@ fn a_follower_below_the_leaders_log_start_starts_over_there() {
             .apply_fetched(
                 &key(),
                 &replica,
-                1,
+                LeaderEpoch(1),
                 answer(leader_batches(10, 2, 1_000, 1), 1_008),
             )
             .await
@@ -222,7 +232,12 @@ fn a_follower_that_becomes_leader_while_cutting_keeps_its_log() {
     let dir = tempfile::tempdir().unwrap();
     with_follower(dir.path(), |shard, replica| async move {
         shard
-            .apply_fetched(&key(), &replica, 1, answer(leader_batches(0, 10, 0, 1), 40))
+            .apply_fetched(
+                &key(),
+                &replica,
+                LeaderEpoch(1),
+                answer(leader_batches(0, 10, 0, 1), 40),
+            )
             .await
             .expect("applied");
         assert_eq!(replica.log.log_end_offset(), Offset(40));
@@ -234,7 +249,11 @@ fn a_follower_that_becomes_leader_while_cutting_keeps_its_log() {
                     diverging: Some((0, 12)),
                     ..answer(Bytes::new(), 40)
                 };
-                *cut.borrow_mut() = Some(shard.apply_fetched(&key(), &replica, 1, diverging).await);
+                *cut.borrow_mut() = Some(
+                    shard
+                        .apply_fetched(&key(), &replica, LeaderEpoch(1), diverging)
+                        .await,
+                );
             })
         };
         // The cut has started (it reads the segment to find the batch
@@ -265,7 +284,7 @@ fn an_older_role_arriving_late_is_ignored() {
             .publish_metadata(image(2, ME, 2, 5))
             .await
             .expect("applies");
-        assert_eq!(replica.role.borrow().partition_epoch, 5);
+        assert_eq!(replica.role.borrow().partition_epoch, PartitionEpoch(5));
         // The same leadership's older record (say a delta that crossed this
         // leader's own ISR change) must not undo it.
         shard
@@ -275,7 +294,7 @@ fn an_older_role_arriving_late_is_ignored() {
             .expect("applies");
         let role = replica.role.borrow();
         assert!(role.leader);
-        assert_eq!(role.partition_epoch, 5);
+        assert_eq!(role.partition_epoch, PartitionEpoch(5));
     });
 }
 
@@ -292,13 +311,13 @@ fn desired_replicas_follow_the_view_for_each_broker_and_shard() {
     assert!(unusable.is_empty());
     let follower = &mine[&key()];
     assert!(!follower.role.leader);
-    assert_eq!(follower.role.leader_epoch, 4);
-    assert_eq!(follower.role.partition_epoch, 6);
+    assert_eq!(follower.role.leader_epoch, LeaderEpoch(4));
+    assert_eq!(follower.role.partition_epoch, PartitionEpoch(6));
     assert_eq!(
         follower.role.leader_endpoint.as_deref(),
         Some("127.0.0.1:9")
     );
-    assert_eq!(follower.role.replicas, vec![LEADER, ME]);
+    assert_eq!(follower.role.replicas, vec![BrokerId(LEADER), BrokerId(ME)]);
     assert_eq!(follower.topic_id, 1);
 
     let (theirs, _) = desired_replicas(&view, &defaults, BrokerId(LEADER), 0);

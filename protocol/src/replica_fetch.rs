@@ -8,7 +8,7 @@ use bytes::Bytes;
 use flatbuffers::FlatBufferBuilder;
 
 use crate::wire;
-use crate::ErrorCode;
+use crate::{ErrorCode, LeaderEpoch};
 
 /// One partition of a follower's fetch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,8 +16,9 @@ pub struct ReplicaFetchPartition {
     pub topic: String,
     pub partition: i32,
     pub fetch_offset: i64,
-    pub current_leader_epoch: i32,
-    pub last_fetched_epoch: i32,
+    pub current_leader_epoch: LeaderEpoch,
+    /// The epoch of the follower's last batch; -1 when its log is empty.
+    pub last_fetched_epoch: LeaderEpoch,
 }
 
 /// The body of a follower's fetch.
@@ -37,8 +38,8 @@ pub fn encode_replica_fetch(
                 partition: p.partition,
                 fetch_offset: p.fetch_offset,
                 max_bytes: partition_bytes_max,
-                current_leader_epoch: p.current_leader_epoch,
-                last_fetched_epoch: p.last_fetched_epoch,
+                current_leader_epoch: p.current_leader_epoch.0,
+                last_fetched_epoch: p.last_fetched_epoch.0,
             },
         );
         by_topic.entry(p.topic.as_str()).or_default().push(entry);
@@ -137,15 +138,15 @@ mod tests {
                 topic: "b".into(),
                 partition: 1,
                 fetch_offset: 10,
-                current_leader_epoch: 3,
-                last_fetched_epoch: 2,
+                current_leader_epoch: LeaderEpoch(3),
+                last_fetched_epoch: LeaderEpoch(2),
             },
             ReplicaFetchPartition {
                 topic: "a".into(),
                 partition: 0,
                 fetch_offset: 7,
-                current_leader_epoch: 1,
-                last_fetched_epoch: -1,
+                current_leader_epoch: LeaderEpoch(1),
+                last_fetched_epoch: LeaderEpoch(-1),
             },
         ];
         let body = encode_replica_fetch(4, 9, 500, 1 << 20, &partitions);

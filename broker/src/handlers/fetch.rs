@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use protocol::flatbuffers::FlatBufferBuilder;
-use protocol::{wire, ErrorCode};
+use protocol::{wire, BrokerId, ErrorCode, LeaderEpoch};
 
 use super::{finish, parse, HandlerResult, Reply};
 use crate::partition::PartitionKey;
@@ -90,10 +90,10 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
             let replica = u32::try_from(replica_id)
                 .ok()
                 .map(|broker_id| ReplicaFetch {
-                    broker_id,
+                    broker_id: BrokerId(broker_id),
                     broker_epoch: request.replica_epoch(),
-                    current_leader_epoch: partition.current_leader_epoch(),
-                    last_fetched_epoch: partition.last_fetched_epoch(),
+                    current_leader_epoch: LeaderEpoch(partition.current_leader_epoch()),
+                    last_fetched_epoch: LeaderEpoch(partition.last_fetched_epoch()),
                 });
             wanted.push(Wanted {
                 topic_index,

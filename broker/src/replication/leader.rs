@@ -12,18 +12,19 @@
 
 use std::collections::BTreeMap;
 
-use protocol::ErrorCode;
+use protocol::{BrokerId, ErrorCode, LeaderEpoch};
 
 use super::epochs::EpochHistory;
 
 /// What a follower says about itself when it fetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FollowerFetch {
-    pub broker_id: u32,
+    pub broker_id: BrokerId,
     /// The follower's registration with the controller; -1 when unknown.
     pub broker_epoch: i64,
-    pub current_leader_epoch: i32,
-    pub last_fetched_epoch: i32,
+    pub current_leader_epoch: LeaderEpoch,
+    /// The epoch of the follower's last batch; -1 when its log is empty.
+    pub last_fetched_epoch: LeaderEpoch,
 }
 
 /// The leader's answer to a follower's fetch, before any record is read.
@@ -42,7 +43,7 @@ pub enum FollowerFetchCheck {
 /// Whether a follower's fetch at `offset` may be served by this leader at
 /// `leader_epoch` whose log ends at `log_end` with epoch history `epochs`.
 pub fn check_follower_fetch(
-    leader_epoch: i32,
+    leader_epoch: LeaderEpoch,
     fetch: &FollowerFetch,
     offset: i64,
     epochs: &EpochHistory,
@@ -62,9 +63,9 @@ pub fn check_follower_fetch(
             ),
         );
     }
-    if fetch.last_fetched_epoch >= 0 {
-        let (epoch, epoch_end) = epochs.end_offset_for(fetch.last_fetched_epoch, log_end);
-        if epoch_end < offset || epoch < fetch.last_fetched_epoch {
+    if fetch.last_fetched_epoch.0 >= 0 {
+        let (epoch, epoch_end) = epochs.end_offset_for(fetch.last_fetched_epoch.0, log_end);
+        if epoch_end < offset || epoch < fetch.last_fetched_epoch.0 {
             return FollowerFetchCheck::Diverging {
                 epoch,
                 end_offset: epoch_end,
@@ -102,8 +103,8 @@ struct Progress {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaderState {
-    me: u32,
-    followers: BTreeMap<u32, Progress>,
+    me: BrokerId,
+    followers: BTreeMap<BrokerId, Progress>,
     high_watermark: i64,
 }
 
@@ -111,7 +112,12 @@ impl LeaderState {
     /// A new leadership over `replicas` (this broker included), starting with
     /// the high watermark this replica knew. Every follower counts as caught
     /// up now, so none is dropped from the ISR before it could fetch.
-    pub fn new(me: u32, replicas: &[u32], high_watermark: i64, now_ms: u64) -> LeaderState {
+    pub fn new(
+        me: BrokerId,
+        replicas: &[BrokerId],
+        high_watermark: i64,
+        now_ms: u64,
+    ) -> LeaderState {
         let followers = replicas
             .iter()
             .filter(|&&r| r != me)
@@ -138,7 +144,7 @@ impl LeaderState {
         self.high_watermark
     }
 
-    pub fn follower_log_end(&self, follower: u32) -> Option<i64> {
+    pub fn follower_log_end(&self, follower: BrokerId) -> Option<i64> {
         self.followers.get(&follower).and_then(|p| p.log_end)
     }
 
@@ -148,7 +154,7 @@ impl LeaderState {
     /// survived its restart.
     pub fn on_fetch(
         &mut self,
-        follower: u32,
+        follower: BrokerId,
         broker_epoch: i64,
         fetch_offset: i64,
         leader_end: i64,
@@ -175,14 +181,14 @@ impl LeaderState {
     }
 
     /// The broker epoch `follower` last fetched with in this leadership.
-    pub fn follower_broker_epoch(&self, follower: u32) -> Option<i64> {
+    pub fn follower_broker_epoch(&self, follower: BrokerId) -> Option<i64> {
         self.followers.get(&follower).and_then(|p| p.broker_epoch)
     }
 
     /// Moves the high watermark to the smallest stable log end among the ISR
     /// (the leader's own, `leader_stable_end`, included), never backwards.
     /// Returns the new value.
-    pub fn update_high_watermark(&mut self, isr: &[u32], leader_stable_end: i64) -> i64 {
+    pub fn update_high_watermark(&mut self, isr: &[BrokerId], leader_stable_end: i64) -> i64 {
         let leader_end = leader_stable_end;
         let mut low = leader_end;
         for member in isr.iter().filter(|&&m| m != self.me) {
@@ -203,12 +209,12 @@ impl LeaderState {
     /// watermark (and the start of this leadership's epoch) join.
     pub fn desired_isr(
         &self,
-        isr: &[u32],
+        isr: &[BrokerId],
         epoch_start: i64,
         now_ms: u64,
         lag_max_ms: u64,
-    ) -> Option<Vec<u32>> {
-        let mut next: Vec<u32> = isr
+    ) -> Option<Vec<BrokerId>> {
+        let mut next: Vec<BrokerId> = isr
             .iter()
             .copied()
             .filter(|&m| {
@@ -238,7 +244,7 @@ impl LeaderState {
     /// broker's own for itself, else the epoch each follower fetched with, or
     /// 0 for one that has not fetched from this leadership (the controller
     /// accepts that only for a member already in the ISR).
-    pub fn member_epochs(&self, members: &[u32], my_broker_epoch: u64) -> Vec<u64> {
+    pub fn member_epochs(&self, members: &[BrokerId], my_broker_epoch: u64) -> Vec<u64> {
         members
             .iter()
             .map(|&m| {
@@ -258,53 +264,60 @@ impl LeaderState {
 mod tests {
     use super::*;
 
+    fn b(ids: &[u32]) -> Vec<BrokerId> {
+        ids.iter().copied().map(BrokerId).collect()
+    }
+
     #[test]
     fn high_watermark_is_the_isr_minimum_and_never_moves_back() {
-        let mut leader = LeaderState::new(1, &[1, 2, 3], 0, 0);
-        let isr = [1, 2, 3];
+        let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2, 3]), 0, 0);
+        let isr = b(&[1, 2, 3]);
         // Followers have not fetched: nothing is committed past the start.
         assert_eq!(leader.update_high_watermark(&isr, 10), 0);
-        leader.on_fetch(2, 1, 10, 10, 5);
+        leader.on_fetch(BrokerId(2), 1, 10, 10, 5);
         assert_eq!(leader.update_high_watermark(&isr, 10), 0, "3 holds it");
-        leader.on_fetch(3, 1, 7, 10, 5);
+        leader.on_fetch(BrokerId(3), 1, 7, 10, 5);
         assert_eq!(leader.update_high_watermark(&isr, 10), 7);
         // Without 3 in the ISR the watermark follows 2 and the leader.
-        assert_eq!(leader.update_high_watermark(&[1, 2], 10), 10);
+        assert_eq!(leader.update_high_watermark(&b(&[1, 2]), 10), 10);
         // Adding 3 back does not move it backwards.
         assert_eq!(leader.update_high_watermark(&isr, 12), 10);
         // Alone, the leader's log end is the watermark.
-        assert_eq!(leader.update_high_watermark(&[1], 15), 15);
+        assert_eq!(leader.update_high_watermark(&b(&[1]), 15), 15);
         // A fetch by a non-replica is not counted.
-        assert_eq!(leader.on_fetch(9, 1, 100, 15, 6), FetchAccepted::NotReplica);
+        assert_eq!(
+            leader.on_fetch(BrokerId(9), 1, 100, 15, 6),
+            FetchAccepted::NotReplica
+        );
     }
 
     #[test]
     fn isr_shrinks_on_lag_and_grows_on_catch_up() {
         let lag_max_ms = 1_000;
-        let mut leader = LeaderState::new(1, &[1, 2, 3], 0, 0);
-        let isr = vec![1, 2, 3];
-        leader.on_fetch(2, 1, 0, 0, 100);
-        leader.on_fetch(3, 1, 0, 0, 100);
+        let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2, 3]), 0, 0);
+        let isr = b(&[1, 2, 3]);
+        leader.on_fetch(BrokerId(2), 1, 0, 0, 100);
+        leader.on_fetch(BrokerId(3), 1, 0, 0, 100);
         assert_eq!(leader.desired_isr(&isr, 0, 900, lag_max_ms), None);
         // 2 keeps fetching and keeps up while the leader appends; 3 stops.
         for t in 1..20u64 {
             let leader_end = (t * 10) as i64;
-            leader.on_fetch(2, 1, leader_end - 10, leader_end, 100 + t * 100);
+            leader.on_fetch(BrokerId(2), 1, leader_end - 10, leader_end, 100 + t * 100);
         }
         assert_eq!(
             leader.desired_isr(&isr, 0, 2_000, lag_max_ms),
-            Some(vec![1, 2]),
+            Some(b(&[1, 2])),
             "3 lagged past the bound; 2 never did although never at the very end"
         );
-        let isr = vec![1, 2];
+        let isr = b(&[1, 2]);
         leader.update_high_watermark(&isr, 190);
         // 3 returns but is behind the high watermark: not yet.
-        leader.on_fetch(3, 1, 50, 190, 2_100);
+        leader.on_fetch(BrokerId(3), 1, 50, 190, 2_100);
         assert_eq!(leader.desired_isr(&isr, 0, 2_100, lag_max_ms), None);
-        leader.on_fetch(3, 1, 190, 190, 2_200);
+        leader.on_fetch(BrokerId(3), 1, 190, 190, 2_200);
         assert_eq!(
             leader.desired_isr(&isr, 0, 2_200, lag_max_ms),
-            Some(vec![1, 2, 3])
+            Some(b(&[1, 2, 3]))
         );
         // Not before it reached the start of this leader's epoch.
         assert_eq!(leader.desired_isr(&isr, 500, 2_200, lag_max_ms), None);
@@ -316,63 +329,66 @@ mod tests {
     #[test]
     fn a_restarted_follower_starts_over() {
         let lag_max_ms = 1_000;
-        let mut leader = LeaderState::new(1, &[1, 2], 0, 0);
-        leader.on_fetch(2, 7, 100, 100, 10);
-        assert_eq!(leader.update_high_watermark(&[1, 2], 100), 100);
+        let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2]), 0, 0);
+        leader.on_fetch(BrokerId(2), 7, 100, 100, 10);
+        assert_eq!(leader.update_high_watermark(&b(&[1, 2]), 100), 100);
         // 2 left the ISR (say it was fenced), then restarted with epoch 9.
         assert_eq!(
-            leader.desired_isr(&[1], 0, 20, lag_max_ms),
-            Some(vec![1, 2]),
+            leader.desired_isr(&b(&[1]), 0, 20, lag_max_ms),
+            Some(b(&[1, 2])),
             "caught up before the restart"
         );
-        assert_eq!(leader.on_fetch(2, 9, 40, 100, 30), FetchAccepted::Accepted);
         assert_eq!(
-            leader.desired_isr(&[1], 0, 40, lag_max_ms),
+            leader.on_fetch(BrokerId(2), 9, 40, 100, 30),
+            FetchAccepted::Accepted
+        );
+        assert_eq!(
+            leader.desired_isr(&b(&[1]), 0, 40, lag_max_ms),
             None,
             "its new incarnation is behind the high watermark"
         );
         assert_eq!(
-            leader.on_fetch(2, 7, 100, 100, 50),
+            leader.on_fetch(BrokerId(2), 7, 100, 100, 50),
             FetchAccepted::StaleBrokerEpoch,
             "the old incarnation cannot speak for it"
         );
-        assert_eq!(leader.follower_log_end(2), Some(40));
-        leader.on_fetch(2, 9, 100, 100, 60);
+        assert_eq!(leader.follower_log_end(BrokerId(2)), Some(40));
+        leader.on_fetch(BrokerId(2), 9, 100, 100, 60);
         assert_eq!(
-            leader.desired_isr(&[1], 0, 60, lag_max_ms),
-            Some(vec![1, 2])
+            leader.desired_isr(&b(&[1]), 0, 60, lag_max_ms),
+            Some(b(&[1, 2]))
         );
-        assert_eq!(leader.member_epochs(&[1, 2], 5), vec![5, 9]);
+        assert_eq!(leader.member_epochs(&b(&[1, 2]), 5), vec![5, 9]);
     }
 
     #[test]
     fn follower_fetches_are_checked_against_the_leadership_and_the_epochs() {
         let epochs = EpochHistory::from_entries(vec![(1, 0), (3, 10)]);
         let fetch = FollowerFetch {
-            broker_id: 2,
+            broker_id: BrokerId(2),
             broker_epoch: 5,
-            current_leader_epoch: 3,
-            last_fetched_epoch: 3,
+            current_leader_epoch: LeaderEpoch(3),
+            last_fetched_epoch: LeaderEpoch(3),
         };
         assert_eq!(
-            check_follower_fetch(3, &fetch, 12, &epochs, 20),
+            check_follower_fetch(LeaderEpoch(3), &fetch, 12, &epochs, 20),
             FollowerFetchCheck::Serve
         );
         assert!(matches!(
-            check_follower_fetch(4, &fetch, 12, &epochs, 20),
+            check_follower_fetch(LeaderEpoch(4), &fetch, 12, &epochs, 20),
             FollowerFetchCheck::Refuse(ErrorCode::StaleLeaderEpoch, _)
         ));
         assert!(matches!(
-            check_follower_fetch(2, &fetch, 12, &epochs, 20),
+            check_follower_fetch(LeaderEpoch(2), &fetch, 12, &epochs, 20),
             FollowerFetchCheck::Refuse(ErrorCode::NotLeaderOrFollower, _)
         ));
         // Wrote epoch 1 past where the leader's epoch 1 ended.
         let behind = FollowerFetch {
-            last_fetched_epoch: 1,
+            last_fetched_epoch: LeaderEpoch(1),
             ..fetch
         };
         assert_eq!(
-            check_follower_fetch(3, &behind, 14, &epochs, 20),
+            check_follower_fetch(LeaderEpoch(3), &behind, 14, &epochs, 20),
             FollowerFetchCheck::Diverging {
                 epoch: 1,
                 end_offset: 10
@@ -380,11 +396,11 @@ mod tests {
         );
         // An epoch the leader never had.
         let unknown = FollowerFetch {
-            last_fetched_epoch: 2,
+            last_fetched_epoch: LeaderEpoch(2),
             ..fetch
         };
         assert_eq!(
-            check_follower_fetch(3, &unknown, 11, &epochs, 20),
+            check_follower_fetch(LeaderEpoch(3), &unknown, 11, &epochs, 20),
             FollowerFetchCheck::Diverging {
                 epoch: 1,
                 end_offset: 10

@@ -4,14 +4,16 @@
 //! the answer to this leader's own AlterIsr), so an older role can arrive after
 //! a newer one; it is ignored, never applied.
 
+use protocol::{BrokerId, LeaderEpoch, PartitionEpoch};
+
 /// What this broker does for a partition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Role {
     pub leader: bool,
-    pub leader_epoch: i32,
-    pub partition_epoch: i32,
-    pub replicas: Vec<u32>,
-    pub isr: Vec<u32>,
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+    pub replicas: Vec<BrokerId>,
+    pub isr: Vec<BrokerId>,
     /// acks=all needs at least this many in-sync replicas (topic config
     /// `min.insync.replicas`, default 1).
     pub min_insync: usize,
@@ -25,8 +27,8 @@ impl Role {
     pub fn opened(like: &Role) -> Role {
         Role {
             leader: false,
-            leader_epoch: -1,
-            partition_epoch: -1,
+            leader_epoch: LeaderEpoch(-1),
+            partition_epoch: PartitionEpoch(-1),
             ..like.clone()
         }
     }
@@ -71,10 +73,10 @@ mod tests {
     fn role(leader: bool, leader_epoch: i32, partition_epoch: i32, isr: &[u32]) -> Role {
         Role {
             leader,
-            leader_epoch,
-            partition_epoch,
-            replicas: vec![1, 2, 3],
-            isr: isr.to_vec(),
+            leader_epoch: LeaderEpoch(leader_epoch),
+            partition_epoch: PartitionEpoch(partition_epoch),
+            replicas: [1, 2, 3].map(BrokerId).to_vec(),
+            isr: isr.iter().copied().map(BrokerId).collect(),
             min_insync: 2,
             leader_endpoint: None,
         }

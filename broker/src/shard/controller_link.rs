@@ -21,7 +21,7 @@ use protocol::control::messages::{
 };
 use protocol::control::records::BrokerEndpoints;
 use protocol::BrokerEpoch;
-use protocol::ErrorCode;
+use protocol::{BrokerId, ErrorCode, PartitionEpoch};
 
 use super::{OpError, Shard, TopicOutcome};
 use crate::clock::Clock;
@@ -487,7 +487,7 @@ pub async fn request_shutdown(shard: &Shard, deadline: Duration) {
 pub async fn alter_isr(
     shard: &Shard,
     request: protocol::control::messages::AlterIsr,
-) -> Result<(Vec<u32>, i32), OpError> {
+) -> Result<(Vec<BrokerId>, PartitionEpoch), OpError> {
     let body = protocol::control::codec::encode_alter_isr_request(&request);
     let answer = call_leader(
         shard,
@@ -500,10 +500,7 @@ pub async fn alter_isr(
     )
     .await;
     match answer {
-        Ok((_, record)) => Ok((
-            record.isr.iter().map(|b| b.0).collect(),
-            record.partition_epoch.0,
-        )),
+        Ok((_, record)) => Ok((record.isr, record.partition_epoch)),
         Err(LinkError::Refused(code, message)) => Err(OpError::new(code, message)),
         Err(e) => Err(OpError::new(
             ErrorCode::RequestTimedOut,

@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use protocol::BrokerId;
-use protocol::{ErrorCode, Offset};
+use protocol::{ErrorCode, LeaderEpoch, Offset};
 
 use super::{FetchOutcome, OpError, PartitionDetail, Replica, ReplicaFetch, Shard};
 use crate::partition::{Chunks, PartitionKey};
@@ -115,7 +114,7 @@ impl Shard {
         &self,
         key: &PartitionKey,
         replica: &Replica,
-        leader_epoch: i32,
+        leader_epoch: LeaderEpoch,
         f: &ReplicaFetch,
         offset: i64,
     ) -> Option<FetchOutcome> {
@@ -150,7 +149,7 @@ impl Shard {
             .view
             .borrow()
             .brokers
-            .get(&BrokerId(f.broker_id))
+            .get(&f.broker_id)
             .map(|b| b.epoch.0 as i64);
         if registered.is_some_and(|r| f.broker_epoch < r) {
             return refuse(

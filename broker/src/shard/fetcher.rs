@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use protocol::replica_fetch::{decode_fetch_response, encode_replica_fetch, ReplicaFetchPartition};
-use protocol::ApiKey;
+use protocol::{ApiKey, LeaderEpoch};
 
 use super::{Replica, Shard};
 use crate::partition::PartitionKey;
@@ -69,7 +69,9 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
                 partition: key.partition,
                 fetch_offset: replica.log.log_end_offset().0,
                 current_leader_epoch: *epoch,
-                last_fetched_epoch: replica.epochs.borrow().latest_epoch().unwrap_or(-1),
+                last_fetched_epoch: LeaderEpoch(
+                    replica.epochs.borrow().latest_epoch().unwrap_or(-1),
+                ),
             })
             .collect();
         let body = encode_replica_fetch(
@@ -147,4 +149,4 @@ async fn make_stable(shard: &Rc<Shard>, followers: Vec<Follower>) -> Vec<Followe
     stable
 }
 
-type Follower = (PartitionKey, Rc<Replica>, i32);
+type Follower = (PartitionKey, Rc<Replica>, LeaderEpoch);

@@ -5,7 +5,7 @@
 use std::rc::Rc;
 
 use protocol::replica_fetch::FetchedPartition;
-use protocol::{ErrorCode, Offset};
+use protocol::{ErrorCode, LeaderEpoch, Offset};
 
 use super::{fetcher, OpError, Replica, Shard};
 use crate::partition::PartitionKey;
@@ -35,7 +35,7 @@ impl Shard {
     }
 
     /// Follower replicas fetching from `endpoint`: (key, replica, leader epoch).
-    pub fn followers_of(&self, endpoint: &str) -> Vec<(PartitionKey, Rc<Replica>, i32)> {
+    pub fn followers_of(&self, endpoint: &str) -> Vec<(PartitionKey, Rc<Replica>, LeaderEpoch)> {
         self.replicas
             .borrow()
             .iter()
@@ -56,7 +56,7 @@ impl Shard {
         &self,
         key: &PartitionKey,
         replica: &Replica,
-        leader_epoch: i32,
+        leader_epoch: LeaderEpoch,
         fetched: FetchedPartition,
     ) -> Result<(), OpError> {
         use crate::replication::follower::{decide, FollowerAction, LeaderAnswer};
@@ -82,7 +82,7 @@ impl Shard {
                 format!("leader refused the fetch at {own_end}"),
             )),
             FollowerAction::Truncate(cut) => {
-                tracing::warn!(topic = %key.topic, partition = key.partition, from = own_end, to = cut, leader_epoch, "truncating a diverged follower log");
+                tracing::warn!(topic = %key.topic, partition = key.partition, from = own_end, to = cut, %leader_epoch, "truncating a diverged follower log");
                 let cut_done = replica
                     .log
                     .truncate_to_if(Offset(cut), &still_following)

@@ -5,7 +5,6 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use protocol::BrokerId;
 use protocol::Offset;
 
 use super::{
@@ -29,7 +28,7 @@ impl Shard {
         let epoch_start = replica
             .epochs
             .borrow()
-            .start_of(role.leader_epoch)
+            .start_of(role.leader_epoch.0)
             .unwrap_or(0);
         let now_ms = self.clock.now_ms().max(0) as u64;
         let desired = replica.leader_state.borrow().as_ref().and_then(|s| {
@@ -58,9 +57,9 @@ impl Shard {
             partition: protocol::PartitionIndex(
                 u32::try_from(key.partition).expect("partition index non-negative"),
             ),
-            leader_epoch: protocol::LeaderEpoch(role.leader_epoch),
-            partition_epoch: protocol::PartitionEpoch(role.partition_epoch),
-            new_isr: new_isr.iter().map(|&b| BrokerId(b)).collect(),
+            leader_epoch: role.leader_epoch,
+            partition_epoch: role.partition_epoch,
+            new_isr: new_isr.clone(),
             new_isr_epochs,
         };
         tracing::info!(topic = %key.topic, partition = key.partition, from = ?role.isr, to = ?new_isr, "asking to change the ISR");

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use protocol::control::messages::MetadataUpdate;
-use protocol::Offset;
+use protocol::{BrokerId, Offset, PartitionEpoch};
 
 use super::{OpError, ReplicaFetch, Shard};
 use crate::cluster_view::TopicSpec;
@@ -95,7 +95,8 @@ pub enum ShardReply {
     ListOffset(Result<i64, OpError>),
     Describe(PartitionDetail),
     Admin(Vec<TopicOutcome>),
-    AlterIsr(Result<(Vec<u32>, i32), OpError>),
+    /// The ISR and partition epoch the controller recorded.
+    AlterIsr(Result<(Vec<BrokerId>, PartitionEpoch), OpError>),
     Applied,
     Metrics(String),
 }

@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
-use protocol::ErrorCode;
+use protocol::{ErrorCode, LeaderEpoch};
 
 use crate::batch_cache::BatchCache;
 use crate::clock::Clock;
@@ -245,7 +245,7 @@ impl Shard {
     /// The replica, if this broker leads it: clients produce to and fetch
     /// from leaders only.
     /// Returns the replica and its leader epoch.
-    fn leader_replica(&self, key: &PartitionKey) -> Result<(Rc<Replica>, i32), OpError> {
+    fn leader_replica(&self, key: &PartitionKey) -> Result<(Rc<Replica>, LeaderEpoch), OpError> {
         let replica = self.replica(key)?;
         let (leader, leader_epoch) = {
             let role = replica.role.borrow();

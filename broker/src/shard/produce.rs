@@ -39,9 +39,9 @@ impl Shard {
                 ),
             ));
         }
-        let epoch = LeaderEpoch(leader_epoch);
+        let epoch = leader_epoch;
         let info = replica.log.append(&batch, epoch).await?;
-        self.note_epoch(&replica, leader_epoch, info.base_offset.0);
+        self.note_epoch(&replica, leader_epoch.0, info.base_offset.0);
         self.cache
             .borrow_mut()
             .insert(&key, info.base_offset, info.log_end_offset, epoch, batch);
@@ -95,7 +95,7 @@ impl Shard {
         &self,
         key: &PartitionKey,
         replica: &Replica,
-        leader_epoch: i32,
+        leader_epoch: LeaderEpoch,
         end: i64,
         timeout_ms: u64,
     ) -> Result<(), OpError> {

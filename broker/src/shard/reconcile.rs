@@ -177,10 +177,10 @@ pub fn desired_replicas(
             });
             let role = Role {
                 leader: partition.leader == Some(me),
-                leader_epoch: partition.leader_epoch.0,
-                partition_epoch: partition.partition_epoch.0,
-                replicas: partition.replicas.iter().map(|r| r.broker_id.0).collect(),
-                isr: partition.isr.iter().map(|b| b.0).collect(),
+                leader_epoch: partition.leader_epoch,
+                partition_epoch: partition.partition_epoch,
+                replicas: partition.replicas.iter().map(|r| r.broker_id).collect(),
+                isr: partition.isr.clone(),
                 min_insync: min_insync(&topic.config),
                 leader_endpoint,
             };

@@ -11,6 +11,7 @@ use crate::partition::PartitionKey;
 use crate::replication::epochs::EpochHistory;
 use crate::replication::leader::LeaderState;
 use crate::runtime::{self, Watermark};
+use protocol::LeaderEpoch;
 
 #[derive(Debug)]
 pub struct Replica {
@@ -61,7 +62,7 @@ impl Replica {
     }
 
     /// Whether this broker still leads the partition at `leader_epoch`.
-    pub fn leads_at(&self, leader_epoch: i32) -> bool {
+    pub fn leads_at(&self, leader_epoch: LeaderEpoch) -> bool {
         let role = self.role.borrow();
         role.leader && role.leader_epoch == leader_epoch
     }
@@ -78,21 +79,21 @@ impl Shard {
         let new_leadership = match role_change(&old, &role) {
             RoleChange::Unchanged => return,
             RoleChange::Stale => {
-                tracing::debug!(topic = %key.topic, partition = key.partition, held_leader_epoch = old.leader_epoch, held_partition_epoch = old.partition_epoch, got_leader_epoch = role.leader_epoch, got_partition_epoch = role.partition_epoch, "ignoring an older role");
+                tracing::debug!(topic = %key.topic, partition = key.partition, held_leader_epoch = %old.leader_epoch, held_partition_epoch = %old.partition_epoch, got_leader_epoch = %role.leader_epoch, got_partition_epoch = %role.partition_epoch, "ignoring an older role");
                 return;
             }
             RoleChange::Apply { new_leadership, .. } => new_leadership,
         };
         if role.leader != old.leader || role.leader_epoch != old.leader_epoch {
-            tracing::info!(topic = %key.topic, partition = key.partition, leader = role.leader, leader_epoch = role.leader_epoch, isr = ?role.isr, "replica role changed");
+            tracing::info!(topic = %key.topic, partition = key.partition, leader = role.leader, leader_epoch = %role.leader_epoch, isr = ?role.isr, "replica role changed");
         }
         *replica.role.borrow_mut() = role.clone();
         if new_leadership {
             let end = replica.log.log_end_offset().0;
-            self.note_epoch(replica, role.leader_epoch, end);
+            self.note_epoch(replica, role.leader_epoch.0, end);
             let now_ms = self.clock.now_ms().max(0) as u64;
             let state = LeaderState::new(
-                self.broker_id().0,
+                self.broker_id(),
                 &role.replicas,
                 replica.high_watermark.get().min(end),
                 now_ms,
