@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
 use client::messages::{self, FetchEntry, ProduceEntry};
@@ -57,6 +57,11 @@ const PRODUCE_TIMEOUT_MS: i32 = 8_000;
 const REQUEST_TIMEOUT_MS: u64 = 10_000;
 /// Bound on one broker's metadata answer before the next is asked.
 const METADATA_TIMEOUT_MS: u64 = 1_000;
+/// How long consumers keep asking for a partition's start position while its
+/// leader answers with a retriable error (a new topic not yet opened there).
+const START_POSITION_MS_MAX: u64 = 15_000;
+/// Pause between those tries.
+const START_RETRY_BACKOFF_MS: u64 = 50;
 /// Bound on one consumer fetch round trip (the fetch itself waits 100 ms).
 const FETCH_ROUND_TRIP_MS_MAX: u64 = 3_000;
 /// Pause before a partition whose send or fetch failed is tried again.
@@ -394,6 +399,10 @@ fn take_interval(
     recorder.record_interval(elapsed_ns, duration_ns.max(1), &mut taken, phase)
 }
 
+/// Each partition's latest offset, asked of its leader. A retriable answer
+/// (a leader that does not host the new topic's partition yet, a leader
+/// that moved) is asked again with fresh metadata, as a Kafka client does,
+/// for up to `START_POSITION_MS_MAX`.
 async fn start_positions(
     cluster: &Cluster,
     topic: &str,
@@ -401,18 +410,26 @@ async fn start_positions(
 ) -> anyhow::Result<Vec<(i32, i64)>> {
     let mut out = Vec::new();
     for &partition in partitions {
-        let connection = cluster.leader_connection(topic, partition).await?;
-        let body =
-            messages::list_offsets_request(topic, &[(partition, messages::TIMESTAMP_LATEST)]);
-        let response = connection.request(ApiKey::ListOffsets, &body, &[]).await?;
-        let (_, code, offset) = messages::list_offsets_response(response.body(), topic)?
-            .into_iter()
-            .next()
-            .context("list offsets answer")?;
-        if code != ErrorCode::None {
-            bail!("list offsets for {topic}-{partition}: {code}");
+        let deadline = Instant::now() + Duration::from_millis(START_POSITION_MS_MAX);
+        loop {
+            let connection = cluster.leader_connection(topic, partition).await?;
+            let body =
+                messages::list_offsets_request(topic, &[(partition, messages::TIMESTAMP_LATEST)]);
+            let response = connection.request(ApiKey::ListOffsets, &body, &[]).await?;
+            let (_, code, offset) = messages::list_offsets_response(response.body(), topic)?
+                .into_iter()
+                .next()
+                .context("list offsets answer")?;
+            if code == ErrorCode::None {
+                out.push((partition, offset));
+                break;
+            }
+            if !code.is_retriable() || Instant::now() >= deadline {
+                bail!("list offsets for {topic}-{partition}: {code}");
+            }
+            tokio::time::sleep(Duration::from_millis(START_RETRY_BACKOFF_MS)).await;
+            cluster.refresh_metadata().await?;
         }
-        out.push((partition, offset));
     }
     Ok(out)
 }

@@ -104,23 +104,13 @@ impl Shard {
                 >= Duration::from_millis(ISR_CHECK_MS)
             {
                 last_isr_check = self.clock.monotonic();
-                let leaders: Vec<(PartitionKey, Rc<Replica>)> = self
-                    .replicas
-                    .borrow()
-                    .iter()
-                    .filter(|(_, r)| r.role.borrow().leader)
-                    .map(|(k, r)| (k.clone(), r.clone()))
-                    .collect();
-                for (key, replica) in leaders {
-                    self.check_isr(&key, &replica);
+                for (key, replica) in self.replica_list() {
+                    if replica.role.borrow().leader {
+                        self.check_isr(&key, &replica);
+                    }
                 }
             }
-            let replicas: Vec<(PartitionKey, Rc<Replica>)> = self
-                .replicas
-                .borrow()
-                .iter()
-                .map(|(k, r)| (k.clone(), r.clone()))
-                .collect();
+            let replicas = self.replica_list();
             let retention_due = self.clock.monotonic().saturating_sub(last_retention)
                 >= Duration::from_millis(RETENTION_CHECK_MS);
             for (key, replica) in replicas {

@@ -290,15 +290,19 @@ impl Shard {
         e.into()
     }
 
-    /// Flushes and closes every log (graceful shutdown).
-    pub async fn close_all(&self) {
-        let replicas: Vec<(PartitionKey, Rc<Replica>)> = self
-            .replicas
+    /// The replicas held now, as owned handles: a loop over them may await
+    /// while replicas are added or removed.
+    fn replica_list(&self) -> Vec<(PartitionKey, Rc<Replica>)> {
+        self.replicas
             .borrow()
             .iter()
             .map(|(k, r)| (k.clone(), r.clone()))
-            .collect();
-        for (key, replica) in replicas {
+            .collect()
+    }
+
+    /// Flushes and closes every log (graceful shutdown).
+    pub async fn close_all(&self) {
+        for (key, replica) in self.replica_list() {
             if let Err(e) = replica.log.close().await {
                 tracing::error!(error = %e, topic = %key.topic, partition = key.partition, "closing log failed");
             }
