@@ -17,6 +17,7 @@
 
 mod consume;
 mod real_broker;
+mod real_cluster;
 mod real_quorum;
 
 use std::collections::BTreeMap;
@@ -24,87 +25,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use client::{Acks, Admin, ClientConfig, Cluster, ClusterMetadata, Producer, ProducerConfig};
-use real_broker::{free_port_block, RealBroker};
+use real_cluster::Brokers;
 use real_quorum::Quorum;
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 6;
 const SESSION_TIMEOUT_MS: u64 = 2_000;
 const CORES: u16 = 1;
-
-struct Brokers {
-    brokers: Vec<Option<RealBroker>>,
-    ports: Vec<u16>,
-    dirs: Vec<std::path::PathBuf>,
-    controllers: String,
-}
-
-impl Brokers {
-    fn start(root: &std::path::Path, controllers: String) -> Brokers {
-        let mut brokers = Brokers {
-            brokers: Vec::new(),
-            ports: Vec::new(),
-            dirs: Vec::new(),
-            controllers,
-        };
-        for id in 1..=3u32 {
-            brokers.ports.push(free_port_block(CORES));
-            brokers.dirs.push(root.join(format!("b{id}")));
-            brokers.brokers.push(None);
-            brokers.restart(id);
-        }
-        brokers
-    }
-
-    fn restart(&mut self, id: u32) {
-        let i = (id - 1) as usize;
-        self.brokers[i] = Some(RealBroker::start_node(
-            &self.dirs[i],
-            self.ports[i],
-            id,
-            CORES,
-            &["--controller", &self.controllers],
-        ));
-    }
-
-    /// SIGTERM, and wait for a clean exit.
-    fn stop(&mut self, id: u32) {
-        if let Some(mut broker) = self.brokers[(id - 1) as usize].take() {
-            broker.stop();
-        }
-    }
-
-    fn kill9(&mut self, id: u32) {
-        if let Some(mut broker) = self.brokers[(id - 1) as usize].take() {
-            broker.kill9();
-        }
-    }
-
-    fn signal(&self, id: u32, signal: &str) {
-        let pid = self.brokers[(id - 1) as usize]
-            .as_ref()
-            .expect("running")
-            .pid();
-        let status = std::process::Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    fn bootstrap(&self, id: u32) -> String {
-        format!("127.0.0.1:{}", self.ports[(id - 1) as usize])
-    }
-
-    fn logs(&self) -> String {
-        self.brokers
-            .iter()
-            .flatten()
-            .map(|b| b.log())
-            .collect::<Vec<_>>()
-            .join("\n----\n")
-    }
-}
 
 impl Drop for Brokers {
     fn drop(&mut self) {
@@ -283,7 +210,7 @@ fn three_controllers_three_brokers_fail_over() {
     let mut quorum = Quorum::start(&["--session-timeout-ms", &session]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(quorum.leader(Duration::from_secs(20)));
-    let mut brokers = Brokers::start(root.path(), quorum.controller_list());
+    let mut brokers = Brokers::start(root.path(), quorum.controller_list(), CORES);
 
     // Topic admin through broker 1 is forwarded to the controller leader.
     runtime.block_on(async {

@@ -17,7 +17,7 @@ use std::process::Command;
 use bytes::Bytes;
 use client::{Acks, Admin, ClientConfig, Producer, ProducerConfig};
 use consume::consume_all;
-use real_broker::{free_port_block, RealBroker};
+use real_broker::{free_port_block, produce_with_cli, RealBroker};
 
 /// Produces `count` records to partition 0 of `topic` from `producers`
 /// concurrent producers with acks=1; returns the acknowledged values.
@@ -132,26 +132,6 @@ fn verify_log(dir: &std::path::Path) {
     );
 }
 
-/// Pipes `count` lines to `ringlog produce --acks 1` and returns them once
-/// the CLI exited 0 (every record acknowledged).
-fn produce_with_cli(bootstrap: &str, topic: &str, count: usize) -> BTreeSet<String> {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringlog"))
-        .args(["--bootstrap", bootstrap, "produce", topic, "--acks", "1"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("ringlog runs");
-    let lines: Vec<String> = (0..count).map(|i| format!("record-{i:08}")).collect();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin
-        .write_all((lines.join("\n") + "\n").as_bytes())
-        .unwrap();
-    drop(stdin);
-    assert!(child.wait().unwrap().success(), "every record acknowledged");
-    lines.into_iter().collect()
-}
-
 #[test]
 fn acks1_records_survive_kill9_right_after_the_acknowledgement() {
     const RECORDS: usize = 50_000;
@@ -162,7 +142,7 @@ fn acks1_records_survive_kill9_right_after_the_acknowledgement() {
         let mut broker = RealBroker::start_node(&data, port, 1, 1, &[]);
         let topic = "acks1";
         create_topic(&broker.bootstrap(), topic, &[("flush.policy", policy)]);
-        let acked = produce_with_cli(&broker.bootstrap(), topic, RECORDS);
+        let acked = produce_with_cli(&broker.bootstrap(), topic, "1", RECORDS);
         // No pause: the kill follows the last acknowledgement at once.
         broker.kill9();
         let broker = RealBroker::start_node(&data, port, 1, 1, &[]);

@@ -10,76 +10,20 @@
 
 mod consume;
 mod real_broker;
+mod real_cluster;
 mod real_quorum;
 
 use std::collections::BTreeSet;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use client::{Acks, Admin, ClientConfig, ClientError, Cluster, Producer, ProducerConfig};
 use protocol::ErrorCode;
-use real_broker::{free_port_block, RealBroker};
+use real_broker::produce_with_cli;
+use real_cluster::Brokers;
 use real_quorum::Quorum;
 
 const SESSION_TIMEOUT_MS: u64 = 2_000;
-
-struct Brokers {
-    brokers: Vec<Option<RealBroker>>,
-    ports: Vec<u16>,
-    dirs: Vec<std::path::PathBuf>,
-    controllers: String,
-}
-
-impl Brokers {
-    fn start(root: &std::path::Path, controllers: String) -> Brokers {
-        let mut brokers = Brokers {
-            brokers: Vec::new(),
-            ports: Vec::new(),
-            dirs: Vec::new(),
-            controllers,
-        };
-        for id in 1..=3u32 {
-            brokers.ports.push(free_port_block(1));
-            brokers.dirs.push(root.join(format!("b{id}")));
-            brokers.brokers.push(None);
-            brokers.restart(id);
-        }
-        brokers
-    }
-
-    fn restart(&mut self, id: u32) {
-        let i = (id - 1) as usize;
-        self.brokers[i] = Some(RealBroker::start_node(
-            &self.dirs[i],
-            self.ports[i],
-            id,
-            1,
-            &["--controller", &self.controllers],
-        ));
-    }
-
-    fn signal(&self, id: u32, signal: &str) {
-        let pid = self.brokers[(id - 1) as usize]
-            .as_ref()
-            .expect("running")
-            .pid();
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    fn bootstrap(&self) -> String {
-        self.ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
 
 /// Creates a one-partition RF 3 topic with `configs` and returns its leader
 /// once every broker knows it.
@@ -125,8 +69,8 @@ fn acks_all_is_refused_once_the_isr_shrank_below_min_insync() {
     let quorum = Quorum::start(&["--session-timeout-ms", &session]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(quorum.leader(Duration::from_secs(20)));
-    let brokers = Brokers::start(root.path(), quorum.controller_list());
-    let bootstrap = brokers.bootstrap();
+    let brokers = Brokers::start(root.path(), quorum.controller_list(), 1);
+    let bootstrap = brokers.bootstrap_all();
     let leader = runtime.block_on(create_topic(
         &bootstrap,
         "guarded",
@@ -142,7 +86,7 @@ fn acks_all_is_refused_once_the_isr_shrank_below_min_insync() {
     };
     // Connected to the leader alone before anything freezes, so the write
     // goes out at once, while the followers are still in the ISR.
-    let leader_bootstrap = format!("127.0.0.1:{}", brokers.ports[(leader - 1) as usize]);
+    let leader_bootstrap = brokers.bootstrap(leader);
     let producer = runtime.block_on(async {
         let producer = Producer::connect(
             &leader_bootstrap,
@@ -177,26 +121,6 @@ fn acks_all_is_refused_once_the_isr_shrank_below_min_insync() {
     }
 }
 
-/// Pipes `count` lines to `ringlog produce --acks all`; returns them once
-/// the CLI exited 0 (every record acknowledged by the ISR).
-fn produce_with_cli(bootstrap: &str, topic: &str, count: usize) -> BTreeSet<String> {
-    let cli = env!("CARGO_BIN_EXE_ringlog");
-    let mut child = Command::new(cli)
-        .args(["--bootstrap", bootstrap, "produce", topic, "--acks", "all"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("ringlog runs");
-    let lines: Vec<String> = (0..count).map(|i| format!("record-{i:08}")).collect();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin
-        .write_all((lines.join("\n") + "\n").as_bytes())
-        .unwrap();
-    drop(stdin);
-    assert!(child.wait().unwrap().success(), "every record acknowledged");
-    lines.into_iter().collect()
-}
-
 #[test]
 fn kill9_of_every_broker_keeps_every_acks_all_record() {
     let root = tempfile::tempdir().unwrap();
@@ -204,15 +128,15 @@ fn kill9_of_every_broker_keeps_every_acks_all_record() {
     let quorum = Quorum::start(&["--session-timeout-ms", &session]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(quorum.leader(Duration::from_secs(20)));
-    let mut brokers = Brokers::start(root.path(), quorum.controller_list());
-    let bootstrap = brokers.bootstrap();
+    let mut brokers = Brokers::start(root.path(), quorum.controller_list(), 1);
+    let bootstrap = brokers.bootstrap_all();
     // No fsync: what survives a process crash is what reached the kernel.
     runtime.block_on(create_topic(
         &bootstrap,
         "crash",
         &[("min.insync.replicas", "2"), ("flush.policy", "none")],
     ));
-    let acked = produce_with_cli(&bootstrap, "crash", 30_000);
+    let acked = produce_with_cli(&bootstrap, "crash", "all", 30_000);
     for broker in &mut brokers.brokers {
         if let Some(mut broker) = broker.take() {
             broker.kill9();
