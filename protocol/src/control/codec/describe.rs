@@ -1,6 +1,5 @@
 //! DescribeCluster: the controllers and brokers as the leader sees them.
 
-#[allow(clippy::wildcard_imports)]
 use super::*;
 
 pub fn encode_describe_cluster_request() -> Vec<u8> {

@@ -1,6 +1,5 @@
 //! AlterIsr: a leader asks to change a partition's in-sync replicas.
 
-#[allow(clippy::wildcard_imports)]
 use super::*;
 
 pub fn encode_alter_isr_request(request: &AlterIsr) -> Vec<u8> {

@@ -1,6 +1,5 @@
 //! FetchMetadata: the metadata long poll, answered with deltas or an image.
 
-#[allow(clippy::wildcard_imports)]
 use super::*;
 
 pub fn encode_fetch_metadata_request(request: &FetchMetadata) -> Vec<u8> {

@@ -1,6 +1,5 @@
 //! RegisterBroker and BrokerHeartbeat: a broker's session with the controller.
 
-#[allow(clippy::wildcard_imports)]
 use super::*;
 
 pub fn encode_register_broker_request(request: &RegisterBroker) -> Vec<u8> {

@@ -1,6 +1,5 @@
 //! CreateTopics and DeleteTopics forwarded to the controller (admin.fbs).
 
-#[allow(clippy::wildcard_imports)]
 use super::*;
 
 pub fn encode_create_topics_request(specs: &[CreateTopicSpec]) -> Vec<u8> {
