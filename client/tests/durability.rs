@@ -10,6 +10,7 @@
 
 mod consume;
 mod real_broker;
+mod real_cluster;
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -17,7 +18,8 @@ use std::process::Command;
 use bytes::Bytes;
 use client::{Acks, Admin, ClientConfig, Producer, ProducerConfig};
 use consume::consume_all;
-use real_broker::{free_port_block, produce_with_cli, RealBroker};
+use real_broker::{free_port_block, RealBroker};
+use real_cluster::produce_with_cli;
 
 /// Produces `count` records to partition 0 of `topic` from `producers`
 /// concurrent producers with acks=1; returns the acknowledged values.

@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use client::{Acks, Admin, ClientConfig, ClientError, Cluster, Producer, ProducerConfig};
 use protocol::ErrorCode;
-use real_broker::produce_with_cli;
-use real_cluster::Brokers;
+use real_cluster::{produce_with_cli, Brokers};
 use real_quorum::Quorum;
 
 const SESSION_TIMEOUT_MS: u64 = 2_000;

@@ -152,28 +152,3 @@ impl Drop for RealBroker {
         self.kill9();
     }
 }
-
-/// Pipes `count` numbered lines to `ringlog produce --acks ACKS` and returns
-/// them once the CLI exited 0 (every record acknowledged).
-pub fn produce_with_cli(
-    bootstrap: &str,
-    topic: &str,
-    acks: &str,
-    count: usize,
-) -> std::collections::BTreeSet<String> {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringlog"))
-        .args(["--bootstrap", bootstrap, "produce", topic, "--acks", acks])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("ringlog runs");
-    let lines: Vec<String> = (0..count).map(|i| format!("record-{i:08}")).collect();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin
-        .write_all((lines.join("\n") + "\n").as_bytes())
-        .unwrap();
-    drop(stdin);
-    assert!(child.wait().unwrap().success(), "every record acknowledged");
-    lines.into_iter().collect()
-}

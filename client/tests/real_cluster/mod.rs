@@ -1,6 +1,8 @@
 //! Three real brokers (`ringlog-broker` processes) following a controller
 //! quorum, for the multi-process tests: start, stop, kill -9, signal and
-//! restart each one by id (1 to 3) on its own data directory and port.
+//! restart each one by id (1 to 3) on its own data directory and port; and
+//! the `ringlog` CLI as a producer whose exit status says every record was
+//! acknowledged.
 
 #![allow(dead_code)]
 
@@ -93,4 +95,30 @@ impl Brokers {
             .collect::<Vec<_>>()
             .join("\n----\n")
     }
+}
+
+/// Pipes `count` numbered lines to `ringlog produce --acks ACKS` and returns
+/// them once the CLI exited 0 (every record acknowledged).
+pub fn produce_with_cli(
+    bootstrap: &str,
+    topic: &str,
+    acks: &str,
+    count: usize,
+) -> std::collections::BTreeSet<String> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringlog"))
+        .args(["--bootstrap", bootstrap, "produce", topic, "--acks", acks])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("ringlog runs");
+    let lines: Vec<String> = (0..count).map(|i| format!("record-{i:08}")).collect();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all((lines.join("\n") + "\n").as_bytes())
+        .unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success(), "every record acknowledged");
+    lines.into_iter().collect()
 }
