@@ -305,7 +305,6 @@ pub fn topic_log_config(
     Ok(config)
 }
 
-/// Directory of one partition replica under the data dir.
 /// `min.insync.replicas` of a topic, 1 when unset.
 pub fn min_insync(config: &BTreeMap<String, String>) -> usize {
     config
@@ -315,6 +314,7 @@ pub fn min_insync(config: &BTreeMap<String, String>) -> usize {
         .max(1)
 }
 
+/// Directory of one partition replica under the data dir.
 pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
     data_dir.join("topics").join(format!("{topic}-{partition}"))
 }

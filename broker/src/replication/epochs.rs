@@ -119,16 +119,23 @@ impl EpochHistory {
                 None => return fallback,
             }
         }
+        EpochHistory::recovered(entries, log_end).unwrap_or(fallback)
+    }
+
+    /// The history saved as `entries`, for a log that ends at `log_end`
+    /// after recovery: epochs starting past the end are dropped. `None` if
+    /// the entries do not increase (a damaged file).
+    pub fn recovered(entries: Vec<(i32, i64)>, log_end: i64) -> Option<EpochHistory> {
         let increasing = entries
             .windows(2)
             .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1);
         if !increasing {
-            return fallback;
+            return None;
         }
         let mut history = EpochHistory { entries };
         // An epoch may start exactly at the log end (a leader with no records yet).
         history.entries.retain(|e| e.1 <= log_end);
-        history
+        Some(history)
     }
 
     /// Writes the history durably.

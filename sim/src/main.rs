@@ -1,0 +1,99 @@
+//! `ringlog-sim`: runs seeds of the deterministic simulator. A range of
+//! seeds for soak testing (`--seeds N --first S`), or one seed with its full
+//! trace to replay a failure (`--seed S --trace`).
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use clap::Parser;
+
+static CURRENT_SEED: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Parser, Debug)]
+#[command(name = "ringlog-sim", about = "Ringlog's deterministic simulator")]
+struct Args {
+    /// Replay this one seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// How many seeds to run (from --first).
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    #[arg(long, default_value_t = 0)]
+    first: u64,
+    /// Print every event.
+    #[arg(long)]
+    trace: bool,
+    /// Simulated milliseconds of faults per seed.
+    #[arg(long, default_value_t = 20_000)]
+    chaos_ms: u64,
+    /// Simulated milliseconds after healing, before the final checks.
+    #[arg(long, default_value_t = 15_000)]
+    settle_ms: u64,
+    #[arg(long, default_value_t = 3)]
+    brokers: u32,
+    #[arg(long, default_value_t = 2)]
+    partitions: u32,
+    /// Stop at the first failing seed.
+    #[arg(long)]
+    fail_fast: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let options = sim::Options {
+        brokers: args.brokers,
+        partitions: args.partitions,
+        chaos_ms: args.chaos_ms,
+        settle_ms: args.settle_ms,
+        trace: args.trace,
+        ..sim::Options::default()
+    };
+    let seeds: Vec<u64> = match args.seed {
+        Some(seed) => vec![seed],
+        None => (args.first..args.first + args.seeds).collect(),
+    };
+    // A panic (an assertion of the product's own code) aborts the process;
+    // say which seed it was first.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let seed = CURRENT_SEED.load(Ordering::Relaxed);
+        eprintln!("seed {seed} panicked; replay: cargo run --release -p sim --bin ringlog-sim -- --seed {seed} --trace");
+        default_hook(info);
+    }));
+    let started = Instant::now();
+    let (mut passed, mut failed) = (0u64, Vec::new());
+    let (mut acked_all, mut committed, mut events) = (0u64, 0u64, 0u64);
+    for seed in seeds {
+        CURRENT_SEED.store(seed, Ordering::Relaxed);
+        match sim::run(seed, &options) {
+            Ok(report) => {
+                passed += 1;
+                acked_all += report.acked_all;
+                committed += report.committed;
+                events += report.events;
+                if args.seed.is_some() {
+                    println!("{report:?}");
+                }
+            }
+            Err(failure) => {
+                eprintln!("{failure}");
+                failed.push(seed);
+                if args.fail_fast {
+                    break;
+                }
+            }
+        }
+    }
+    println!(
+        "{passed} seeds passed, {} failed {:?}; {acked_all} acks=all records acknowledged, {committed} committed, {events} events in {:.1} s",
+        failed.len(),
+        failed,
+        started.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
