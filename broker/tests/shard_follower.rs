@@ -141,7 +141,7 @@ where
                     .await
                     .expect("metadata applies");
                 let replica = shard.replica_of(&key()).expect("replica");
-                assert!(!replica.role.borrow().leader, "a follower");
+                assert!(!replica.role().leader, "a follower");
                 test(shard.clone(), replica).await;
                 shard.stop();
                 shard.close_all().await;
@@ -264,7 +264,7 @@ fn a_follower_that_becomes_leader_while_cutting_keeps_its_log() {
             .publish_metadata(image(2, ME, 2, 2))
             .await
             .expect("metadata applies");
-        assert!(replica.role.borrow().leader, "leads now");
+        assert!(replica.role().leader, "leads now");
         task.await;
         assert!(cut.borrow().as_ref().is_some_and(|r| r.is_ok()));
         assert_eq!(
@@ -284,7 +284,7 @@ fn an_older_role_arriving_late_is_ignored() {
             .publish_metadata(image(2, ME, 2, 5))
             .await
             .expect("applies");
-        assert_eq!(replica.role.borrow().partition_epoch, PartitionEpoch(5));
+        assert_eq!(replica.role().partition_epoch, PartitionEpoch(5));
         // The same leadership's older record (say a delta that crossed this
         // leader's own ISR change) must not undo it.
         shard
@@ -292,7 +292,7 @@ fn an_older_role_arriving_late_is_ignored() {
             .publish_metadata(image(3, ME, 2, 4))
             .await
             .expect("applies");
-        let role = replica.role.borrow();
+        let role = replica.role();
         assert!(role.leader);
         assert_eq!(role.partition_epoch, PartitionEpoch(5));
     });

@@ -1,29 +1,28 @@
-//! One simulated broker: the glue the shard provides around the broker's own
-//! decisions, on simulated time and disk. The decisions themselves are the
-//! broker's code, called as the shard calls them: the metadata view
-//! (`ClusterView::apply`) and the replicas it places here
-//! (`shard::desired_replicas`), role changes (`replication::role`), the
-//! leader's checks of follower fetches, follower progress, high watermark and
-//! ISR (`replication::leader`), acks=all answers (`replication::ack`), the
-//! follower's handling of its leader's answers (`replication::follower`) and
-//! epoch histories (`replication::epochs`). Metadata arrives encoded by the
-//! controller's real codec and is decoded by it.
+//! One simulated broker: the shard's sequencing around the broker's own
+//! code, on simulated time and disk. The code is the broker's: the metadata
+//! view (`ClusterView::apply`) and the replicas it places here
+//! (`shard::desired_replicas`), and each replica's replication state machine
+//! (`replication::replica::ReplicaCore`: role changes, epoch history, the
+//! leader's checks of follower fetches, follower progress, high watermark,
+//! ISR changes, acks=all answers, the follower's handling of its leader's
+//! answers). Metadata arrives encoded by the controller's real codec and is
+//! decoded by it.
 //!
-//! What this module adds is the shard's sequencing, mirrored from
-//! `broker::shard` (produce, fetch, follower, maintenance, replica): the one
-//! piece of the simulated system that is not the product's own code.
+//! What this module adds is the order in which the shard calls them,
+//! mirrored from `broker::shard` (produce, fetch, follower, fetcher,
+//! maintenance, replica), and the waits the shard does with futures done
+//! here with timers.
 
 use std::collections::BTreeMap;
 
 use broker::cluster_view::ClusterView;
 use broker::log::LogConfig;
-use broker::replication::ack::{self, AckDecision, AckView};
+use broker::replication::ack::AckDecision;
 use broker::replication::epochs::EpochHistory;
 use broker::replication::follower::{self, FollowerAction, LeaderAnswer};
-use broker::replication::leader::{
-    check_follower_fetch, FetchAccepted, FollowerFetch, FollowerFetchCheck, LeaderState,
-};
-use broker::replication::role::{role_change, Role, RoleChange};
+use broker::replication::leader::FollowerFetch;
+use broker::replication::replica::{FollowerFetchVerdict, ReplicaCore};
+use broker::replication::role::Role;
 use broker::shard::desired_replicas;
 use protocol::control::codec::decode_fetch_metadata_response;
 use protocol::{BrokerEpoch, BrokerId, ErrorCode, LeaderEpoch, PartitionIndex, TopicId};
@@ -71,11 +70,10 @@ struct Parked {
 #[derive(Clone, Debug)]
 pub struct Replica {
     topic_id: u64,
-    pub role: Role,
-    pub leader_state: Option<LeaderState>,
-    pub epochs: EpochHistory,
+    pub core: ReplicaCore,
     pub high_watermark: i64,
-    alter_isr: Option<u64>,
+    /// The AlterIsr on its way: request id and the leader epoch it was asked at.
+    alter_isr: Option<(u64, LeaderEpoch)>,
     pub pending: Vec<PendingAck>,
     parked: Vec<Parked>,
     /// The follower fetch in flight: request id and the leader epoch it
@@ -295,8 +293,9 @@ impl SimBroker {
                 request_id,
             } => {
                 if let Some(r) = self.live().replicas.get_mut(&partition) {
-                    if r.alter_isr == Some(request_id) {
+                    if r.alter_isr.is_some_and(|(id, _)| id == request_id) {
                         r.alter_isr = None;
+                        r.core.isr_change_failed();
                     }
                 }
             }
@@ -443,9 +442,7 @@ impl SimBroker {
             EpochHistory::recovered(disk.epoch_file.clone(), disk.log_end()).unwrap_or(fallback);
         Replica {
             topic_id,
-            role: Role::opened(role),
-            leader_state: None,
-            epochs,
+            core: ReplicaCore::new(self.id, role, epochs),
             high_watermark: 0,
             alter_isr: None,
             pending: Vec::new(),
@@ -457,31 +454,22 @@ impl SimBroker {
 
     /// As `Shard::set_role`.
     fn set_role(&mut self, sim_ms: u64, p: u32, role: Role, out: &mut Out) {
-        let me = self.id;
         let now_ms = self.now_ms(sim_ms);
         let end = self.disks[p as usize].log_end();
         let replica = self.live().replicas.get_mut(&p).expect("opened");
-        let new_leadership = match role_change(&replica.role, &role) {
-            RoleChange::Unchanged | RoleChange::Stale => return,
-            RoleChange::Apply { new_leadership, .. } => new_leadership,
+        let hw = replica.high_watermark;
+        let Some(applied) = replica.core.apply_role(role.clone(), end, hw, now_ms) else {
+            return;
         };
+        if applied.new_leadership {
+            replica.alter_isr = None;
+        }
         out.trace.push(format!(
             "p{p}: role leader={} leader_epoch={} partition_epoch={} isr={:?}",
             role.leader, role.leader_epoch, role.partition_epoch, role.isr
         ));
-        replica.role = role.clone();
-        if new_leadership {
-            let state =
-                LeaderState::new(me, &role.replicas, replica.high_watermark.min(end), now_ms);
-            replica.leader_state = Some(state);
-            replica.alter_isr = None;
-            self.note_epoch(p, role.leader_epoch.0, end);
-        } else if !role.leader {
-            self.live()
-                .replicas
-                .get_mut(&p)
-                .expect("opened")
-                .leader_state = None;
+        if applied.epochs_changed {
+            self.save_epochs(p);
         }
         if !role.leader && role.leader_endpoint.is_some() {
             self.arm_fetch(p, 0, out);
@@ -489,17 +477,17 @@ impl SimBroker {
         self.update_high_watermark(sim_ms, p, out);
     }
 
-    /// As `Shard::note_epoch`: a new epoch is saved at once.
+    /// The epoch history is saved at once, as the shard does.
+    fn save_epochs(&mut self, p: u32) {
+        let replica = &self.live.as_ref().expect("running").replicas[&p];
+        self.disks[p as usize].epoch_file = replica.core.epochs().entries().to_vec();
+    }
+
+    /// As `Shard::note_epoch`.
     fn note_epoch(&mut self, p: u32, epoch: i32, start: i64) {
-        let replica = self
-            .live
-            .as_mut()
-            .expect("running")
-            .replicas
-            .get_mut(&p)
-            .expect("opened");
-        if replica.epochs.assign(epoch, start) {
-            self.disks[p as usize].epoch_file = replica.epochs.entries().to_vec();
+        let replica = self.live().replicas.get_mut(&p).expect("opened");
+        if replica.core.note_epoch(epoch, start) {
+            self.save_epochs(p);
         }
     }
 
@@ -509,9 +497,8 @@ impl SimBroker {
     fn update_high_watermark(&mut self, sim_ms: u64, p: u32, out: &mut Out) {
         let stable = self.disks[p as usize].durable_end();
         let replica = self.live().replicas.get_mut(&p).expect("opened");
-        if let Some(state) = replica.leader_state.as_mut() {
-            let hw = state.update_high_watermark(&replica.role.isr, stable);
-            replica.high_watermark = replica.high_watermark.max(hw);
+        if let Some(hw) = replica.core.high_watermark(replica.high_watermark, stable) {
+            replica.high_watermark = hw;
         }
         self.settle_acks(sim_ms, p, out);
     }
@@ -540,14 +527,9 @@ impl SimBroker {
                 answers.push((a.client, a.request_id, Ok(a.base)));
                 return false;
             }
-            let role = &replica.role;
-            let decision = ack::decide(AckView {
-                leads_at_append_epoch: role.leader && role.leader_epoch == a.leader_epoch,
-                high_watermark: replica.high_watermark,
-                batch_end: a.end,
-                isr_len: role.isr.len(),
-                min_insync: role.min_insync,
-            });
+            let decision = replica
+                .core
+                .ack(a.leader_epoch, replica.high_watermark, a.end);
             let result = match decision {
                 AckDecision::Wait => return true,
                 AckDecision::Committed => Ok(a.base),
@@ -594,13 +576,14 @@ impl SimBroker {
         let Some(replica) = live.replicas.get(&p).filter(|_| live.serving) else {
             return refuse(out, ErrorCode::NotLeaderOrFollower);
         };
-        if !replica.role.leader {
+        let role = replica.core.role();
+        if !role.leader {
             return refuse(out, ErrorCode::NotLeaderOrFollower);
         }
-        if acks == -1 && replica.role.isr.len() < replica.role.min_insync {
+        if acks == -1 && role.isr.len() < role.min_insync {
             return refuse(out, ErrorCode::NotEnoughReplicas);
         }
-        let epoch = replica.role.leader_epoch;
+        let epoch = role.leader_epoch;
         let disk = &mut self.disks[p as usize];
         let base = disk.log_end();
         let records: Vec<Rec> = values
@@ -674,7 +657,7 @@ impl SimBroker {
         let result = match live
             .replicas
             .get(&p)
-            .filter(|r| live.serving && r.role.leader)
+            .filter(|r| live.serving && r.core.role().leader)
         {
             None => Err(ErrorCode::NotLeaderOrFollower),
             Some(r) => {
@@ -734,14 +717,21 @@ impl SimBroker {
             )
         };
         let live = self.live();
-        let Some(replica) = live.replicas.get_mut(&p).filter(|r| r.role.leader) else {
+        let registered = live
+            .view
+            .brokers
+            .get(&fetch.broker_id)
+            .map(|b| b.epoch.0 as i64);
+        let Some(replica) = live.replicas.get_mut(&p) else {
             return refuse(out, ErrorCode::NotLeaderOrFollower);
         };
-        let leader_epoch = replica.role.leader_epoch;
-        match check_follower_fetch(leader_epoch, &fetch, offset, &replica.epochs, end) {
-            FollowerFetchCheck::Serve => {}
-            FollowerFetchCheck::Refuse(code, _) => return refuse(out, code),
-            FollowerFetchCheck::Diverging { epoch, end_offset } => {
+        match replica
+            .core
+            .follower_fetch(&fetch, offset, end, registered, now_ms)
+        {
+            FollowerFetchVerdict::Serve => {}
+            FollowerFetchVerdict::Refuse(code, _) => return refuse(out, code),
+            FollowerFetchVerdict::Diverging { epoch, end_offset } => {
                 let hw = replica.high_watermark;
                 out.send(
                     from,
@@ -761,21 +751,6 @@ impl SimBroker {
                 );
                 return;
             }
-        }
-        let registered = live
-            .view
-            .brokers
-            .get(&fetch.broker_id)
-            .map(|b| b.epoch.0 as i64);
-        if registered.is_some_and(|r| fetch.broker_epoch < r) {
-            return refuse(out, ErrorCode::NotLeaderOrFollower);
-        }
-        let accepted = replica
-            .leader_state
-            .as_mut()
-            .map(|s| s.on_fetch(fetch.broker_id, fetch.broker_epoch, offset, end, now_ms));
-        if accepted != Some(FetchAccepted::Accepted) {
-            return refuse(out, ErrorCode::NotLeaderOrFollower);
         }
         self.update_high_watermark(sim_ms, p, out);
         if offset > end {
@@ -827,7 +802,7 @@ impl SimBroker {
             diverging: None,
         };
         let mut records = Vec::new();
-        if !replica.role.leader {
+        if !replica.core.role().leader {
             answer = LeaderAnswer {
                 error: ErrorCode::NotLeaderOrFollower,
                 high_watermark: -1,
@@ -873,10 +848,11 @@ impl SimBroker {
             return;
         };
         replica.fetch_armed = false;
-        if replica.role.leader || replica.fetch_in_flight.is_some() {
+        let role = replica.core.role();
+        if role.leader || replica.fetch_in_flight.is_some() {
             return;
         }
-        let Some(leader) = replica.role.leader_endpoint.as_deref().map(endpoint_broker) else {
+        let Some(leader) = role.leader_endpoint.as_deref().map(endpoint_broker) else {
             return;
         };
         if stable < end {
@@ -895,10 +871,10 @@ impl SimBroker {
             } else {
                 broker_epoch as i64
             },
-            current_leader_epoch: replica.role.leader_epoch,
-            last_fetched_epoch: LeaderEpoch(replica.epochs.latest_epoch().unwrap_or(-1)),
+            current_leader_epoch: role.leader_epoch,
+            last_fetched_epoch: LeaderEpoch(replica.core.epochs().latest_epoch().unwrap_or(-1)),
         };
-        let epoch = replica.role.leader_epoch;
+        let epoch = role.leader_epoch;
         let request_id = self.next_request_id();
         let replica = self.live().replicas.get_mut(&p).expect("opened");
         replica.fetch_in_flight = Some((request_id, epoch));
@@ -944,12 +920,12 @@ impl SimBroker {
             return;
         }
         replica.fetch_in_flight = None;
-        let still_following = !replica.role.leader && replica.role.leader_epoch == epoch;
+        let still_following = replica.core.follows_at(epoch);
         if !still_following {
             self.arm_fetch(p, 0, out);
             return;
         }
-        let action = follower::decide(&answer, own_end, &replica.epochs);
+        let action = replica.core.follower_action(&answer, own_end);
         match action {
             FollowerAction::Retry => self.arm_fetch(p, FOLLOWER_BACKOFF_MS, out),
             FollowerAction::Truncate(cut) => {
@@ -992,9 +968,8 @@ impl SimBroker {
     /// As `Shard::after_cut`.
     fn after_cut(&mut self, p: u32, new_end: i64) {
         let replica = self.live().replicas.get_mut(&p).expect("opened");
-        if replica.epochs.truncate_to(new_end) {
-            let entries = replica.epochs.entries().to_vec();
-            self.disks[p as usize].epoch_file = entries;
+        if replica.core.cut(new_end) {
+            self.save_epochs(p);
         }
         let replica = self.live().replicas.get_mut(&p).expect("opened");
         if replica.high_watermark > new_end {
@@ -1006,41 +981,31 @@ impl SimBroker {
     fn check_isr(&mut self, sim_ms: u64, p: u32, out: &mut Out) {
         let me = self.id;
         let now_ms = self.now_ms(sim_ms);
-        let live = self.live.as_ref().expect("running");
+        let live = self.live.as_mut().expect("running");
         let my_epoch = live.broker_epoch;
-        let replica = &live.replicas[&p];
-        if replica.alter_isr.is_some() || !replica.role.leader {
-            return;
-        }
-        let role = replica.role.clone();
-        let epoch_start = replica.epochs.start_of(role.leader_epoch.0).unwrap_or(0);
-        let Some(state) = replica.leader_state.as_ref() else {
-            return;
-        };
-        let Some(new_isr) =
-            state.desired_isr(&role.isr, epoch_start, now_ms, REPLICA_LAG_TIME_MAX_MS)
+        let replica = live.replicas.get_mut(&p).expect("opened");
+        let from = replica.core.role().isr.clone();
+        let Some(change) = replica
+            .core
+            .isr_change(now_ms, REPLICA_LAG_TIME_MAX_MS, my_epoch)
         else {
             return;
         };
-        let new_isr_epochs = state
-            .member_epochs(&new_isr, my_epoch)
-            .into_iter()
-            .map(BrokerEpoch)
-            .collect();
         let request = protocol::control::messages::AlterIsr {
             leader_id: me,
             topic_id: TopicId(replica.topic_id),
             partition: PartitionIndex(p),
-            leader_epoch: role.leader_epoch,
-            partition_epoch: role.partition_epoch,
-            new_isr: new_isr.clone(),
-            new_isr_epochs,
+            leader_epoch: change.leader_epoch,
+            partition_epoch: change.partition_epoch,
+            new_isr: change.new_isr.clone(),
+            new_isr_epochs: change.new_isr_epochs.into_iter().map(BrokerEpoch).collect(),
         };
         let request_id = self.next_request_id();
-        self.live().replicas.get_mut(&p).expect("opened").alter_isr = Some(request_id);
+        self.live().replicas.get_mut(&p).expect("opened").alter_isr =
+            Some((request_id, change.leader_epoch));
         out.trace.push(format!(
-            "p{p}: asks for ISR {new_isr:?} (from {:?})",
-            role.isr
+            "p{p}: asks for ISR {:?} (from {from:?})",
+            change.new_isr
         ));
         out.send(
             Node::Controller,
@@ -1073,19 +1038,19 @@ impl SimBroker {
         let Some(replica) = self.live().replicas.get_mut(&p) else {
             return;
         };
-        if replica.alter_isr != Some(request_id) {
+        let Some((id, asked)) = replica.alter_isr else {
+            return;
+        };
+        if id != request_id {
             return;
         }
         match result {
             Ok(record) => {
                 replica.alter_isr = None;
-                let current = replica.role.clone();
-                if current.leader && current.leader_epoch == record.leader_epoch {
-                    let next = Role {
-                        isr: record.isr,
-                        partition_epoch: record.partition_epoch,
-                        ..current
-                    };
+                let next = replica
+                    .core
+                    .isr_changed(asked, record.isr, record.partition_epoch);
+                if let Some(next) = next {
                     self.set_role(sim_ms, p, next, out);
                 }
             }

@@ -7,10 +7,11 @@
 //! looks at the whole system after every event. A failing seed prints the
 //! violation, the trace leading to it, and the command that replays it.
 //!
-//! What runs is the product's own decision code: the controller's
-//! `ClusterState` and its codec, the broker's metadata view and reconcile,
-//! and every replication decision. Only the shard's sequencing around them
-//! is mirrored here (`broker`), and Raft is one linearizable copy.
+//! What runs is the product's own code: the controller's `ClusterState` and
+//! its codec, the broker's metadata view and reconcile, and each replica's
+//! replication state machine (`ReplicaCore`). Only the order in which the
+//! shard drives them is mirrored here (`broker`), and Raft is one
+//! linearizable copy.
 
 pub mod broker;
 pub mod checker;

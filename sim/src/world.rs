@@ -633,10 +633,15 @@ impl World {
         for broker in self.brokers.values() {
             let Some(live) = &broker.live else { continue };
             for (&p, replica) in &live.replicas {
-                if !replica.role.leader || replica.leader_state.is_none() {
+                if !replica.core.role().leader || replica.core.leader_state().is_none() {
                     continue;
                 }
-                let leadership = (p, broker.id, live.incarnation, replica.role.leader_epoch);
+                let leadership = (
+                    p,
+                    broker.id,
+                    live.incarnation,
+                    replica.core.role().leader_epoch,
+                );
                 self.checker.leader(
                     leadership,
                     replica.high_watermark,
@@ -673,7 +678,7 @@ impl World {
                 .live
                 .as_ref()
                 .and_then(|l| l.replicas.get(&p))
-                .filter(|r| r.role.leader && r.role.leader_epoch == record.leader_epoch)
+                .filter(|r| r.core.leads_at(record.leader_epoch))
                 .ok_or_else(|| {
                     Violation(format!(
                         "p{p}: broker {leader} does not lead at epoch {} after healing",

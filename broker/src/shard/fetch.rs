@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use protocol::{ErrorCode, LeaderEpoch, Offset};
+use protocol::{ErrorCode, Offset};
 
 use super::{FetchOutcome, OpError, PartitionDetail, Replica, ReplicaFetch, Shard};
 use crate::partition::{Chunks, PartitionKey};
@@ -27,14 +27,12 @@ impl Shard {
             log_end_offset: -1,
             ..FetchOutcome::default()
         };
-        let (replica, leader_epoch) = match self.leader_replica(key) {
-            Ok(found) => found,
+        let replica = match self.leader_replica(key) {
+            Ok((replica, _)) => replica,
             Err(e) => return failed(e),
         };
         if let Some(f) = follower {
-            if let Some(refused) =
-                self.accept_follower_fetch(key, &replica, leader_epoch, &f, offset)
-            {
+            if let Some(refused) = self.accept_follower_fetch(&replica, &f, offset) {
                 return refused;
             }
         }
@@ -97,7 +95,7 @@ impl Shard {
                 }
                 None => runtime::timeout(deadline - now, woken).await,
             };
-            if !replica.role.borrow().leader {
+            if !replica.role().leader {
                 return failed(OpError::new(
                     ErrorCode::NotLeaderOrFollower,
                     format!("no longer the leader of {}-{}", key.topic, key.partition),
@@ -107,86 +105,48 @@ impl Shard {
     }
 
     /// A leader's checks of a follower's fetch at `offset`, by
-    /// `replication::leader`: the leadership, the follower's incarnation, where
-    /// its log diverges. Records the follower's progress and moves the high
-    /// watermark when the fetch is accepted; else returns the answer to send.
+    /// `ReplicaCore::follower_fetch`: the leadership, the follower's
+    /// incarnation, where its log diverges. Records the follower's progress
+    /// and moves the high watermark when the fetch is accepted; else returns
+    /// the answer to send.
     pub(super) fn accept_follower_fetch(
         &self,
-        key: &PartitionKey,
         replica: &Replica,
-        leader_epoch: LeaderEpoch,
         f: &ReplicaFetch,
         offset: i64,
     ) -> Option<FetchOutcome> {
-        use crate::replication::leader::{check_follower_fetch, FetchAccepted, FollowerFetchCheck};
-        let refuse = |code: ErrorCode, message: String| {
-            Some(FetchOutcome {
-                error: Some(OpError::new(code, message)),
-                high_watermark: -1,
-                log_start_offset: -1,
-                log_end_offset: -1,
-                ..FetchOutcome::default()
-            })
-        };
+        use crate::replication::replica::FollowerFetchVerdict;
         let end = replica.log.log_end_offset().0;
-        let check = check_follower_fetch(leader_epoch, f, offset, &replica.epochs.borrow(), end);
-        match check {
-            FollowerFetchCheck::Serve => {}
-            FollowerFetchCheck::Refuse(code, message) => return refuse(code, message),
-            FollowerFetchCheck::Diverging { epoch, end_offset } => {
-                return Some(FetchOutcome {
-                    high_watermark: replica.high_watermark.get(),
-                    log_start_offset: replica.log.log_start_offset().0,
-                    log_end_offset: end,
-                    diverging: Some((epoch, end_offset)),
-                    ..FetchOutcome::default()
-                })
-            }
-        }
-        // An incarnation older than the one the metadata registered is a
-        // zombie: its progress may not be on any disk that still counts.
         let registered = self
             .view
             .borrow()
             .brokers
             .get(&f.broker_id)
             .map(|b| b.epoch.0 as i64);
-        if registered.is_some_and(|r| f.broker_epoch < r) {
-            return refuse(
-                ErrorCode::NotLeaderOrFollower,
-                format!(
-                    "broker {} fetches at epoch {}, registered at {}",
-                    f.broker_id,
-                    f.broker_epoch,
-                    registered.unwrap_or_default()
-                ),
-            );
-        }
         let now_ms = self.clock.now_ms().max(0) as u64;
-        let accepted = replica
-            .leader_state
+        let verdict = replica
+            .core
             .borrow_mut()
-            .as_mut()
-            .map(|s| s.on_fetch(f.broker_id, f.broker_epoch, offset, end, now_ms));
-        match accepted {
-            Some(FetchAccepted::Accepted) => {
+            .follower_fetch(f, offset, end, registered, now_ms);
+        match verdict {
+            FollowerFetchVerdict::Serve => {
                 self.update_high_watermark(replica);
                 None
             }
-            Some(FetchAccepted::StaleBrokerEpoch) => refuse(
-                ErrorCode::NotLeaderOrFollower,
-                format!(
-                    "broker {} fetches from an older incarnation (epoch {})",
-                    f.broker_id, f.broker_epoch
-                ),
-            ),
-            Some(FetchAccepted::NotReplica) | None => refuse(
-                ErrorCode::NotLeaderOrFollower,
-                format!(
-                    "broker {} is not a replica of {}-{}",
-                    f.broker_id, key.topic, key.partition
-                ),
-            ),
+            FollowerFetchVerdict::Refuse(code, message) => Some(FetchOutcome {
+                error: Some(OpError::new(code, message)),
+                high_watermark: -1,
+                log_start_offset: -1,
+                log_end_offset: -1,
+                ..FetchOutcome::default()
+            }),
+            FollowerFetchVerdict::Diverging { epoch, end_offset } => Some(FetchOutcome {
+                high_watermark: replica.high_watermark.get(),
+                log_start_offset: replica.log.log_start_offset().0,
+                log_end_offset: end,
+                diverging: Some((epoch, end_offset)),
+                ..FetchOutcome::default()
+            }),
         }
     }
 

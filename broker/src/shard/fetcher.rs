@@ -70,7 +70,7 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
                 fetch_offset: replica.log.log_end_offset().0,
                 current_leader_epoch: *epoch,
                 last_fetched_epoch: LeaderEpoch(
-                    replica.epochs.borrow().latest_epoch().unwrap_or(-1),
+                    replica.core.borrow().epochs().latest_epoch().unwrap_or(-1),
                 ),
             })
             .collect();

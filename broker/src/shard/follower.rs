@@ -20,7 +20,7 @@ impl Shard {
             .borrow()
             .values()
             .filter_map(|r| {
-                let role = r.role.borrow();
+                let role = r.role();
                 (!role.leader)
                     .then(|| role.leader_endpoint.clone())
                     .flatten()
@@ -40,7 +40,7 @@ impl Shard {
             .borrow()
             .iter()
             .filter_map(|(k, r)| {
-                let role = r.role.borrow();
+                let role = r.role();
                 (!role.leader && role.leader_endpoint.as_deref() == Some(endpoint))
                     .then(|| (k.clone(), r.clone(), role.leader_epoch))
             })
@@ -59,11 +59,8 @@ impl Shard {
         leader_epoch: LeaderEpoch,
         fetched: FetchedPartition,
     ) -> Result<(), OpError> {
-        use crate::replication::follower::{decide, FollowerAction, LeaderAnswer};
-        let still_following = || {
-            let role = replica.role.borrow();
-            !role.leader && role.leader_epoch == leader_epoch
-        };
+        use crate::replication::follower::{FollowerAction, LeaderAnswer};
+        let still_following = || replica.core.borrow().follows_at(leader_epoch);
         if !still_following() {
             return Ok(());
         }
@@ -75,7 +72,7 @@ impl Shard {
             diverging: fetched.diverging,
         };
         let own_end = replica.log.log_end_offset().0;
-        let action = decide(&answer, own_end, &replica.epochs.borrow());
+        let action = replica.core.borrow().follower_action(&answer, own_end);
         match action {
             FollowerAction::Retry => Err(OpError::new(
                 fetched.error,
@@ -126,11 +123,8 @@ impl Shard {
     /// the epoch history, cached batches and watermarks follow the log.
     pub(super) fn after_cut(&self, key: &PartitionKey, replica: &Replica, new_end: i64) {
         self.cache.borrow_mut().remove_partition(key);
-        if replica.epochs.borrow_mut().truncate_to(new_end) {
-            if let Err(e) = replica.epochs.borrow().save(replica.log.dir()) {
-                self.metrics.on_storage_error();
-                tracing::warn!(error = %e, "saving the leader epoch history failed");
-            }
+        if replica.core.borrow_mut().cut(new_end) {
+            replica.save_epochs(self);
         }
         replica.log_end.set(new_end);
         if replica.high_watermark.get() > new_end {

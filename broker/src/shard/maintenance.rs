@@ -8,7 +8,7 @@ use std::time::Duration;
 use protocol::Offset;
 
 use super::{
-    Replica, Role, Shard, ShardOp, ShardReply, ISR_CHECK_MS, LOG_MAINTENANCE_MS, METADATA_SHARD,
+    Replica, Shard, ShardOp, ShardReply, ISR_CHECK_MS, LOG_MAINTENANCE_MS, METADATA_SHARD,
     RETENTION_CHECK_MS,
 };
 use crate::partition::PartitionKey;
@@ -18,52 +18,32 @@ impl Shard {
     /// A leader's ISR check: asks the controller (through shard 0) for the
     /// ISR its followers' progress calls for, one request at a time.
     pub(super) fn check_isr(self: &Rc<Self>, key: &PartitionKey, replica: &Rc<Replica>) {
-        if replica.alter_isr_in_flight.get() {
-            return;
-        }
-        let role = replica.role.borrow().clone();
-        if !role.leader {
-            return;
-        }
-        let epoch_start = replica
-            .epochs
-            .borrow()
-            .start_of(role.leader_epoch.0)
-            .unwrap_or(0);
         let now_ms = self.clock.now_ms().max(0) as u64;
-        let desired = replica.leader_state.borrow().as_ref().and_then(|s| {
-            s.desired_isr(
-                &role.isr,
-                epoch_start,
-                now_ms,
-                self.config.replica_lag_time_max_ms,
-            )
-        });
-        let Some(new_isr) = desired else {
+        let change = replica.core.borrow_mut().isr_change(
+            now_ms,
+            self.config.replica_lag_time_max_ms,
+            self.broker_epoch.get(),
+        );
+        let Some(change) = change else {
             return;
         };
-        let new_isr_epochs = replica
-            .leader_state
-            .borrow()
-            .as_ref()
-            .map(|s| s.member_epochs(&new_isr, self.broker_epoch.get()))
-            .unwrap_or_default()
-            .into_iter()
-            .map(protocol::BrokerEpoch)
-            .collect();
+        let from = replica.role().isr.clone();
         let request = protocol::control::messages::AlterIsr {
             leader_id: self.broker_id(),
             topic_id: protocol::TopicId(replica.topic_id),
             partition: protocol::PartitionIndex(
                 u32::try_from(key.partition).expect("partition index non-negative"),
             ),
-            leader_epoch: role.leader_epoch,
-            partition_epoch: role.partition_epoch,
-            new_isr: new_isr.clone(),
-            new_isr_epochs,
+            leader_epoch: change.leader_epoch,
+            partition_epoch: change.partition_epoch,
+            new_isr: change.new_isr.clone(),
+            new_isr_epochs: change
+                .new_isr_epochs
+                .into_iter()
+                .map(protocol::BrokerEpoch)
+                .collect(),
         };
-        tracing::info!(topic = %key.topic, partition = key.partition, from = ?role.isr, to = ?new_isr, "asking to change the ISR");
-        replica.alter_isr_in_flight.set(true);
+        tracing::info!(topic = %key.topic, partition = key.partition, ?from, to = ?change.new_isr, "asking to change the ISR");
         let (shard, key, replica) = (self.clone(), key.clone(), replica.clone());
         runtime::spawn(async move {
             let reply = shard.call(METADATA_SHARD, ShardOp::AlterIsr(request)).await;
@@ -72,13 +52,12 @@ impl Shard {
                     // The controller's answer may arrive after a delta that
                     // already carried this change, or a newer one:
                     // `set_role` applies it only if it is the newest.
-                    let current = replica.role.borrow().clone();
-                    if current.leader && current.leader_epoch == role.leader_epoch {
-                        let next = Role {
-                            isr,
-                            partition_epoch,
-                            ..current
-                        };
+                    let next = replica.core.borrow_mut().isr_changed(
+                        change.leader_epoch,
+                        isr,
+                        partition_epoch,
+                    );
+                    if let Some(next) = next {
                         shard.set_role(&key, &replica, next);
                     }
                 }
@@ -86,10 +65,13 @@ impl Shard {
                     tracing::info!(topic = %key.topic, partition = key.partition, error = %e.message, "ISR change refused; waiting for newer metadata");
                     // Give the metadata time to catch up before asking again.
                     runtime::sleep(Duration::from_millis(ISR_CHECK_MS * 5)).await;
+                    replica.core.borrow_mut().isr_change_failed();
                 }
-                other => tracing::warn!(?other, "unexpected AlterIsr reply"),
+                other => {
+                    tracing::warn!(?other, "unexpected AlterIsr reply");
+                    replica.core.borrow_mut().isr_change_failed();
+                }
             }
-            replica.alter_isr_in_flight.set(false);
         })
         .detach();
     }
@@ -105,7 +87,7 @@ impl Shard {
             {
                 last_isr_check = self.clock.monotonic();
                 for (key, replica) in self.replica_list() {
-                    if replica.role.borrow().leader {
+                    if replica.role().leader {
                         self.check_isr(&key, &replica);
                     }
                 }

@@ -248,7 +248,7 @@ impl Shard {
     fn leader_replica(&self, key: &PartitionKey) -> Result<(Rc<Replica>, LeaderEpoch), OpError> {
         let replica = self.replica(key)?;
         let (leader, leader_epoch) = {
-            let role = replica.role.borrow();
+            let role = replica.role();
             (role.leader, role.leader_epoch)
         };
         if !leader {

@@ -27,7 +27,7 @@ impl Shard {
             ));
         }
         let (isr_size, min_insync) = {
-            let role = replica.role.borrow();
+            let role = replica.role();
             (role.isr.len(), role.min_insync)
         };
         if acks == -1 && isr_size < min_insync {
@@ -99,19 +99,14 @@ impl Shard {
         end: i64,
         timeout_ms: u64,
     ) -> Result<(), OpError> {
-        use crate::replication::ack::{decide, AckDecision, AckView};
+        use crate::replication::ack::AckDecision;
         let deadline = self.clock.now_ms().saturating_add(timeout_ms as i64);
         loop {
-            let decision = {
-                let role = replica.role.borrow();
-                decide(AckView {
-                    leads_at_append_epoch: role.leader && role.leader_epoch == leader_epoch,
-                    high_watermark: replica.high_watermark.get(),
-                    batch_end: end,
-                    isr_len: role.isr.len(),
-                    min_insync: role.min_insync,
-                })
-            };
+            let decision =
+                replica
+                    .core
+                    .borrow()
+                    .ack(leader_epoch, replica.high_watermark.get(), end);
             match decision {
                 AckDecision::Committed => return Ok(()),
                 AckDecision::NotLeader => {
@@ -124,7 +119,7 @@ impl Shard {
                     ))
                 }
                 AckDecision::NotEnoughReplicasAfterAppend => {
-                    let role = replica.role.borrow();
+                    let role = replica.role();
                     return Err(OpError::new(
                         ErrorCode::NotEnoughReplicasAfterAppend,
                         format!(
@@ -165,12 +160,9 @@ impl Shard {
 
     /// Records that `epoch` starts at `start` if it is new, durably.
     pub(super) fn note_epoch(&self, replica: &Replica, epoch: i32, start: i64) {
-        let changed = replica.epochs.borrow_mut().assign(epoch, start);
+        let changed = replica.core.borrow_mut().note_epoch(epoch, start);
         if changed {
-            if let Err(e) = replica.epochs.borrow().save(replica.log.dir()) {
-                self.metrics.on_storage_error();
-                tracing::warn!(error = %e, dir = %replica.log.dir().display(), "saving the leader epoch history failed");
-            }
+            replica.save_epochs(self);
         }
     }
 
@@ -178,10 +170,9 @@ impl Shard {
     /// offset; wakes consumers.
     pub(super) fn update_high_watermark(&self, replica: &Replica) {
         let end = replica.log.stable_offset().0;
-        let hw = match replica.leader_state.borrow_mut().as_mut() {
-            Some(state) => state.update_high_watermark(&replica.role.borrow().isr, end),
-            None => return,
-        };
-        replica.high_watermark.advance(hw);
+        let current = replica.high_watermark.get();
+        if let Some(hw) = replica.core.borrow_mut().high_watermark(current, end) {
+            replica.high_watermark.advance(hw);
+        }
     }
 }

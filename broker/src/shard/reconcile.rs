@@ -112,7 +112,7 @@ impl Shard {
                 Some(replica) => self.set_role(&key, &replica, role),
                 None => match self.open_replica(&key, topic_id, log_config).await {
                     Ok(log) => {
-                        let replica = Rc::new(Replica::new(topic_id, log, &role));
+                        let replica = Rc::new(Replica::new(self.broker_id(), topic_id, log, &role));
                         self.replicas
                             .borrow_mut()
                             .insert(key.clone(), replica.clone());

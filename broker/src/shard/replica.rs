@@ -1,7 +1,8 @@
-//! A partition replica this shard owns, its role changes (by
-//! `replication::role`), and opening and removing its log.
+//! A partition replica this shard owns: its log, the watermarks its waiters
+//! wait on, and its replication state machine (`replication::replica`);
+//! role changes, and opening and removing its log.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Ref, RefCell};
 use std::rc::Rc;
 
 use super::{Role, Shard, TOPIC_ID_FILE};
@@ -9,9 +10,9 @@ use crate::cluster_view::partition_dir;
 use crate::log::{LogError, PartitionLog};
 use crate::partition::PartitionKey;
 use crate::replication::epochs::EpochHistory;
-use crate::replication::leader::LeaderState;
+use crate::replication::replica::ReplicaCore;
 use crate::runtime::{self, Watermark};
-use protocol::LeaderEpoch;
+use protocol::{BrokerId, LeaderEpoch};
 
 #[derive(Debug)]
 pub struct Replica {
@@ -22,12 +23,8 @@ pub struct Replica {
     /// Offsets below it are on every in-sync replica; consumers read only
     /// below it and wait on it.
     pub high_watermark: Watermark,
-    pub role: RefCell<Role>,
-    /// While leading: the followers' progress.
-    pub leader_state: RefCell<Option<LeaderState>>,
-    pub epochs: RefCell<EpochHistory>,
-    /// An AlterIsr for this partition is on its way; no second one meanwhile.
-    pub alter_isr_in_flight: Cell<bool>,
+    /// Role, leader state, epoch history, ISR change in flight.
+    pub core: RefCell<ReplicaCore>,
     /// Counts role changes: work that awaited (a follower's cut, an acks=all
     /// wait) checks it did not change meanwhile, and waits on it to learn
     /// of a change at once.
@@ -35,9 +32,9 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// A replica over an opened log, in the role `role` gives it before its
-    /// first role change (`Role::opened`).
-    pub fn new(topic_id: u64, log: Rc<PartitionLog>, role: &Role) -> Replica {
+    /// A replica of broker `me` over an opened log, in the role `role` gives
+    /// it before its first role change (`Role::opened`).
+    pub fn new(me: BrokerId, topic_id: u64, log: Rc<PartitionLog>, role: &Role) -> Replica {
         let log_end = Watermark::new(log.log_end_offset().0);
         // Only the latest epoch is known without a history file: a follower
         // that asks about older ones is cut back further than needed, never
@@ -53,62 +50,58 @@ impl Replica {
             log,
             log_end,
             high_watermark: Watermark::new(0),
-            role: RefCell::new(Role::opened(role)),
-            leader_state: RefCell::new(None),
-            epochs: RefCell::new(epochs),
-            alter_isr_in_flight: Cell::new(false),
+            core: RefCell::new(ReplicaCore::new(me, role, epochs)),
             role_version: Watermark::new(0),
         }
     }
 
+    pub fn role(&self) -> Ref<'_, Role> {
+        Ref::map(self.core.borrow(), ReplicaCore::role)
+    }
+
     /// Whether this broker still leads the partition at `leader_epoch`.
     pub fn leads_at(&self, leader_epoch: LeaderEpoch) -> bool {
-        let role = self.role.borrow();
-        role.leader && role.leader_epoch == leader_epoch
+        self.core.borrow().leads_at(leader_epoch)
+    }
+
+    /// Saves the epoch history after it changed.
+    pub(super) fn save_epochs(&self, shard: &Shard) {
+        if let Err(e) = self.core.borrow().epochs().save(self.log.dir()) {
+            shard.metrics.on_storage_error();
+            tracing::warn!(error = %e, dir = %self.log.dir().display(), "saving the leader epoch history failed");
+        }
     }
 }
 
 impl Shard {
-    /// Moves a replica to the role the metadata gives it. A new leadership
-    /// (or a new epoch of it) starts its epoch at the log end and tracks its
-    /// followers afresh; a follower drops the leader state and is fetched for
-    /// by `shard::fetcher`.
+    /// Moves a replica to the role the metadata gives it
+    /// (`ReplicaCore::apply_role`); a follower is fetched for by
+    /// `shard::fetcher`.
     pub(super) fn set_role(&self, key: &PartitionKey, replica: &Replica, role: Role) {
-        use crate::replication::role::{role_change, RoleChange};
-        let old = replica.role.borrow().clone();
-        let new_leadership = match role_change(&old, &role) {
-            RoleChange::Unchanged => return,
-            RoleChange::Stale => {
+        let old = replica.role().clone();
+        let end = replica.log.log_end_offset().0;
+        let now_ms = self.clock.now_ms().max(0) as u64;
+        let hw = replica.high_watermark.get();
+        let applied = replica
+            .core
+            .borrow_mut()
+            .apply_role(role.clone(), end, hw, now_ms);
+        let Some(applied) = applied else {
+            if role != old {
                 tracing::debug!(topic = %key.topic, partition = key.partition, held_leader_epoch = %old.leader_epoch, held_partition_epoch = %old.partition_epoch, got_leader_epoch = %role.leader_epoch, got_partition_epoch = %role.partition_epoch, "ignoring an older role");
-                return;
             }
-            RoleChange::Apply { new_leadership, .. } => new_leadership,
+            return;
         };
         if role.leader != old.leader || role.leader_epoch != old.leader_epoch {
             tracing::info!(topic = %key.topic, partition = key.partition, leader = role.leader, leader_epoch = %role.leader_epoch, isr = ?role.isr, "replica role changed");
         }
-        *replica.role.borrow_mut() = role.clone();
-        if new_leadership {
-            let end = replica.log.log_end_offset().0;
-            self.note_epoch(replica, role.leader_epoch.0, end);
-            let now_ms = self.clock.now_ms().max(0) as u64;
-            let state = LeaderState::new(
-                self.broker_id(),
-                &role.replicas,
-                replica.high_watermark.get().min(end),
-                now_ms,
-            );
-            *replica.leader_state.borrow_mut() = Some(state);
-            replica.alter_isr_in_flight.set(false);
-        } else if !role.leader {
-            *replica.leader_state.borrow_mut() = None;
+        if applied.epochs_changed {
+            replica.save_epochs(self);
         }
         replica.role_version.advance(replica.role_version.get() + 1);
         self.update_high_watermark(replica);
     }
 
-    /// Opens (or creates) a replica's log, first removing a directory left by
-    /// an older topic of the same name.
     pub(super) async fn open_replica(
         &self,
         key: &PartitionKey,

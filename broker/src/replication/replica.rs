@@ -1,0 +1,357 @@
+//! One partition replica's replication state as a state machine, without
+//! I/O: its role, its leader state while it leads, its leader-epoch history
+//! and whether an ISR change is on its way. Events come in (a role from the
+//! metadata, an append at an epoch, a cut, a follower's fetch, the time for
+//! an ISR check, a controller's answer) and decisions go out; the shard does
+//! the I/O they call for (saving the epoch history, answering, asking the
+//! controller) and keeps the high watermark, which waiters wait on. The
+//! simulator drives the same state machine.
+
+use protocol::{BrokerId, ErrorCode, LeaderEpoch, PartitionEpoch};
+
+use super::ack::{self, AckDecision, AckView};
+use super::epochs::EpochHistory;
+use super::follower::{self, FollowerAction, LeaderAnswer};
+use super::leader::{
+    check_follower_fetch, FetchAccepted, FollowerFetch, FollowerFetchCheck, LeaderState,
+};
+use super::role::{role_change, Role, RoleChange};
+
+/// What applying a role did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoleApplied {
+    /// A leadership (or a new epoch of it) started.
+    pub new_leadership: bool,
+    /// Stopped leading at the old epoch: its waiting writes fail.
+    pub demoted: bool,
+    /// The epoch history changed and must be saved.
+    pub epochs_changed: bool,
+}
+
+/// A leader's verdict on a follower's fetch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FollowerFetchVerdict {
+    /// Accepted and counted: serve it (and move the high watermark).
+    Serve,
+    Refuse(ErrorCode, String),
+    /// The follower's log parts from this one: it cuts first.
+    Diverging {
+        epoch: i32,
+        end_offset: i64,
+    },
+}
+
+/// An ISR change for the controller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IsrChange {
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+    pub new_isr: Vec<BrokerId>,
+    /// Broker epochs of `new_isr`, in the same order.
+    pub new_isr_epochs: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaCore {
+    me: BrokerId,
+    role: Role,
+    leader: Option<LeaderState>,
+    epochs: EpochHistory,
+    alter_isr_in_flight: bool,
+}
+
+impl ReplicaCore {
+    /// A replica just opened with `epochs` recovered from its directory, in a
+    /// role older than any the controller gives out (`Role::opened`).
+    pub fn new(me: BrokerId, like: &Role, epochs: EpochHistory) -> ReplicaCore {
+        ReplicaCore {
+            me,
+            role: Role::opened(like),
+            leader: None,
+            epochs,
+            alter_isr_in_flight: false,
+        }
+    }
+
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    pub fn epochs(&self) -> &EpochHistory {
+        &self.epochs
+    }
+
+    pub fn leader_state(&self) -> Option<&LeaderState> {
+        self.leader.as_ref()
+    }
+
+    /// Whether this replica leads at `leader_epoch`.
+    pub fn leads_at(&self, leader_epoch: LeaderEpoch) -> bool {
+        self.role.leader && self.role.leader_epoch == leader_epoch
+    }
+
+    /// A follower still following at `leader_epoch`.
+    pub fn follows_at(&self, leader_epoch: LeaderEpoch) -> bool {
+        !self.role.leader && self.role.leader_epoch == leader_epoch
+    }
+
+    /// Moves to `role` by `role_change`; `None` when it is the same or an
+    /// older one. A new leadership starts its epoch at `log_end` and tracks
+    /// its followers afresh from `high_watermark`.
+    pub fn apply_role(
+        &mut self,
+        role: Role,
+        log_end: i64,
+        high_watermark: i64,
+        now_ms: u64,
+    ) -> Option<RoleApplied> {
+        let (new_leadership, demoted) = match role_change(&self.role, &role) {
+            RoleChange::Unchanged | RoleChange::Stale => return None,
+            RoleChange::Apply {
+                new_leadership,
+                demoted,
+            } => (new_leadership, demoted),
+        };
+        self.role = role;
+        let mut epochs_changed = false;
+        if new_leadership {
+            epochs_changed = self.epochs.assign(self.role.leader_epoch.0, log_end);
+            self.leader = Some(LeaderState::new(
+                self.me,
+                &self.role.replicas,
+                high_watermark.min(log_end),
+                now_ms,
+            ));
+            self.alter_isr_in_flight = false;
+        } else if !self.role.leader {
+            self.leader = None;
+        }
+        Some(RoleApplied {
+            new_leadership,
+            demoted,
+            epochs_changed,
+        })
+    }
+
+    /// Records that `epoch` starts at `start` (an append); true if the
+    /// history changed and must be saved.
+    pub fn note_epoch(&mut self, epoch: i32, start: i64) -> bool {
+        self.epochs.assign(epoch, start)
+    }
+
+    /// The log was cut to end at `new_end`; true if the history changed.
+    pub fn cut(&mut self, new_end: i64) -> bool {
+        self.epochs.truncate_to(new_end)
+    }
+
+    /// A leader's high watermark from its ISR's progress and its own stable
+    /// offset, never below `current`; `None` when not leading.
+    pub fn high_watermark(&mut self, current: i64, stable_end: i64) -> Option<i64> {
+        let state = self.leader.as_mut()?;
+        Some(current.max(state.update_high_watermark(&self.role.isr, stable_end)))
+    }
+
+    /// A leader's checks of a follower's fetch at `offset` (leadership,
+    /// divergence, the follower's incarnation against `registered_epoch`,
+    /// the broker epoch the metadata holds for it), recording its progress
+    /// when accepted.
+    pub fn follower_fetch(
+        &mut self,
+        fetch: &FollowerFetch,
+        offset: i64,
+        log_end: i64,
+        registered_epoch: Option<i64>,
+        now_ms: u64,
+    ) -> FollowerFetchVerdict {
+        let Some(state) = self.leader.as_mut().filter(|_| self.role.leader) else {
+            return FollowerFetchVerdict::Refuse(
+                ErrorCode::NotLeaderOrFollower,
+                "not the leader".to_string(),
+            );
+        };
+        match check_follower_fetch(self.role.leader_epoch, fetch, offset, &self.epochs, log_end) {
+            FollowerFetchCheck::Serve => {}
+            FollowerFetchCheck::Refuse(code, message) => {
+                return FollowerFetchVerdict::Refuse(code, message)
+            }
+            FollowerFetchCheck::Diverging { epoch, end_offset } => {
+                return FollowerFetchVerdict::Diverging { epoch, end_offset }
+            }
+        }
+        // An incarnation older than the one the metadata registered is a
+        // zombie: its progress may not be on any disk that still counts.
+        if let Some(registered) = registered_epoch.filter(|&r| fetch.broker_epoch < r) {
+            return FollowerFetchVerdict::Refuse(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} fetches at epoch {}, registered at {registered}",
+                    fetch.broker_id, fetch.broker_epoch
+                ),
+            );
+        }
+        match state.on_fetch(fetch.broker_id, fetch.broker_epoch, offset, log_end, now_ms) {
+            FetchAccepted::Accepted => FollowerFetchVerdict::Serve,
+            FetchAccepted::StaleBrokerEpoch => FollowerFetchVerdict::Refuse(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} fetches from an older incarnation (epoch {})",
+                    fetch.broker_id, fetch.broker_epoch
+                ),
+            ),
+            FetchAccepted::NotReplica => FollowerFetchVerdict::Refuse(
+                ErrorCode::NotLeaderOrFollower,
+                format!("broker {} is not a replica", fetch.broker_id),
+            ),
+        }
+    }
+
+    /// What this follower does with its leader's answer.
+    pub fn follower_action(&self, answer: &LeaderAnswer, own_log_end: i64) -> FollowerAction {
+        follower::decide(answer, own_log_end, &self.epochs)
+    }
+
+    /// A leader's periodic ISR check: the change to ask the controller for,
+    /// if any and none is on its way (it is then on its way).
+    pub fn isr_change(
+        &mut self,
+        now_ms: u64,
+        lag_max_ms: u64,
+        my_broker_epoch: u64,
+    ) -> Option<IsrChange> {
+        if self.alter_isr_in_flight || !self.role.leader {
+            return None;
+        }
+        let state = self.leader.as_ref()?;
+        let epoch_start = self.epochs.start_of(self.role.leader_epoch.0).unwrap_or(0);
+        let new_isr = state.desired_isr(&self.role.isr, epoch_start, now_ms, lag_max_ms)?;
+        let new_isr_epochs = state.member_epochs(&new_isr, my_broker_epoch);
+        self.alter_isr_in_flight = true;
+        Some(IsrChange {
+            leader_epoch: self.role.leader_epoch,
+            partition_epoch: self.role.partition_epoch,
+            new_isr,
+            new_isr_epochs,
+        })
+    }
+
+    /// The controller took the change asked at `asked`: the role to apply
+    /// (through `apply_role`, which ignores it if a newer one arrived first),
+    /// if this replica still leads at that epoch.
+    pub fn isr_changed(
+        &mut self,
+        asked: LeaderEpoch,
+        isr: Vec<BrokerId>,
+        partition_epoch: PartitionEpoch,
+    ) -> Option<Role> {
+        self.alter_isr_in_flight = false;
+        self.leads_at(asked).then(|| Role {
+            isr,
+            partition_epoch,
+            ..self.role.clone()
+        })
+    }
+
+    /// The change failed or was refused; another may be asked for.
+    pub fn isr_change_failed(&mut self) {
+        self.alter_isr_in_flight = false;
+    }
+
+    /// Whether an acks=all write of `[.., end)` appended at `leader_epoch`
+    /// may be answered, with the high watermark at `high_watermark`.
+    pub fn ack(&self, leader_epoch: LeaderEpoch, high_watermark: i64, end: i64) -> AckDecision {
+        ack::decide(AckView {
+            leads_at_append_epoch: self.leads_at(leader_epoch),
+            high_watermark,
+            batch_end: end,
+            isr_len: self.role.isr.len(),
+            min_insync: self.role.min_insync,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn role(leader: bool, leader_epoch: i32, partition_epoch: i32, isr: &[u32]) -> Role {
+        Role {
+            leader,
+            leader_epoch: LeaderEpoch(leader_epoch),
+            partition_epoch: PartitionEpoch(partition_epoch),
+            replicas: [1, 2].map(BrokerId).to_vec(),
+            isr: isr.iter().copied().map(BrokerId).collect(),
+            min_insync: 2,
+            leader_endpoint: None,
+        }
+    }
+
+    #[test]
+    fn a_leadership_starts_its_epoch_and_a_demotion_fails_its_writes() {
+        let mut core = ReplicaCore::new(
+            BrokerId(1),
+            &role(false, 0, 0, &[1, 2]),
+            EpochHistory::default(),
+        );
+        let applied = core
+            .apply_role(role(true, 3, 4, &[1, 2]), 10, 8, 0)
+            .unwrap();
+        assert!(applied.new_leadership && applied.epochs_changed && !applied.demoted);
+        assert_eq!(core.epochs().start_of(3), Some(10));
+        assert_eq!(core.apply_role(role(true, 3, 4, &[1, 2]), 10, 8, 0), None);
+        // Appended [10, 12) at epoch 3; the follower has fetched past it.
+        let fetch = FollowerFetch {
+            broker_id: BrokerId(2),
+            broker_epoch: 5,
+            current_leader_epoch: LeaderEpoch(3),
+            last_fetched_epoch: LeaderEpoch(3),
+        };
+        assert_eq!(
+            core.follower_fetch(&fetch, 12, 12, Some(5), 1),
+            FollowerFetchVerdict::Serve
+        );
+        assert_eq!(core.high_watermark(8, 12), Some(12));
+        assert_eq!(core.ack(LeaderEpoch(3), 12, 12), AckDecision::Committed);
+        let applied = core.apply_role(role(false, 4, 5, &[2]), 12, 12, 2).unwrap();
+        assert!(applied.demoted);
+        assert_eq!(core.ack(LeaderEpoch(3), 12, 12), AckDecision::NotLeader);
+        assert_eq!(
+            core.high_watermark(12, 12),
+            None,
+            "followers keep no leader state"
+        );
+    }
+
+    #[test]
+    fn a_zombie_incarnation_is_refused_and_isr_changes_go_one_at_a_time() {
+        let mut core = ReplicaCore::new(
+            BrokerId(1),
+            &role(false, 0, 0, &[1, 2]),
+            EpochHistory::default(),
+        );
+        core.apply_role(role(true, 1, 1, &[1, 2]), 0, 0, 0).unwrap();
+        let fetch = FollowerFetch {
+            broker_id: BrokerId(2),
+            broker_epoch: 5,
+            current_leader_epoch: LeaderEpoch(1),
+            last_fetched_epoch: LeaderEpoch(-1),
+        };
+        assert!(matches!(
+            core.follower_fetch(&fetch, 0, 0, Some(7), 0),
+            FollowerFetchVerdict::Refuse(ErrorCode::NotLeaderOrFollower, _)
+        ));
+        // Follower 2 never fetches: after the lag bound it leaves the ISR.
+        let change = core.isr_change(5_000, 1_000, 9).expect("shrink");
+        assert_eq!(change.new_isr, vec![BrokerId(1)]);
+        assert_eq!(change.new_isr_epochs, vec![9]);
+        assert_eq!(core.isr_change(5_001, 1_000, 9), None, "one on its way");
+        let next = core
+            .isr_changed(LeaderEpoch(1), vec![BrokerId(1)], PartitionEpoch(2))
+            .unwrap();
+        assert!(core.apply_role(next, 0, 0, 5_002).is_some());
+        assert_eq!(core.role().isr, vec![BrokerId(1)]);
+        assert_eq!(
+            core.isr_changed(LeaderEpoch(0), vec![], PartitionEpoch(3)),
+            None
+        );
+    }
+}
