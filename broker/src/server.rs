@@ -16,7 +16,7 @@ use crate::config::BrokerConfig;
 use crate::net;
 use crate::runtime::net::Listener;
 use crate::runtime::shards::{self, ShardContext};
-use crate::runtime::{self};
+use crate::runtime::{self, TaskClass};
 use crate::shard::{MeshMessage, Shard, METADATA_SHARD};
 
 /// How long a stopping broker waits for the controller to move its
@@ -133,7 +133,7 @@ async fn run_shard(
     let shard = Rc::new(shard);
     for (_, receiver) in receivers {
         let shard = shard.clone();
-        runtime::spawn(async move {
+        runtime::spawn_in(TaskClass::Requests, async move {
             while let Some(message) = receiver.recv().await {
                 shard.on_mesh_message(message);
             }
@@ -145,14 +145,14 @@ async fn run_shard(
     // awaited: a metadata long poll would hold the exit for seconds.
     let mut links = Vec::new();
     if shard_id == METADATA_SHARD {
-        links.push(runtime::spawn(crate::shard::controller_link::run_session(
-            shard.clone(),
-            config.controllers.clone(),
-        )));
-        links.push(runtime::spawn(crate::shard::controller_link::run_metadata(
-            shard.clone(),
-            config.controllers.clone(),
-        )));
+        links.push(runtime::spawn_in(
+            TaskClass::Replication,
+            crate::shard::controller_link::run_session(shard.clone(), config.controllers.clone()),
+        ));
+        links.push(runtime::spawn_in(
+            TaskClass::Replication,
+            crate::shard::controller_link::run_metadata(shard.clone(), config.controllers.clone()),
+        ));
     }
     // Serve only once the metadata says this broker is a live member: before
     // that it would answer with an empty or stale picture of the cluster.
@@ -172,14 +172,23 @@ async fn run_shard(
     let shard_addr = std::net::SocketAddr::new(config.listen.ip(), config.shard_port(shard_id));
     let own = Listener::bind(shard_addr).map_err(|e| fail(format!("binding {shard_addr}: {e}")))?;
     tasks.extend([
-        runtime::spawn(net::serve_listener(shard.clone(), main, "main")),
-        runtime::spawn(net::serve_listener(shard.clone(), own, "shard")),
-        runtime::spawn(shard.clone().run_maintenance()),
+        runtime::spawn_in(
+            TaskClass::Requests,
+            net::serve_listener(shard.clone(), main, "main"),
+        ),
+        runtime::spawn_in(
+            TaskClass::Requests,
+            net::serve_listener(shard.clone(), own, "shard"),
+        ),
+        runtime::spawn_in(TaskClass::Background, shard.clone().run_maintenance()),
     ]);
     if shard_id == METADATA_SHARD {
         let admin = Listener::bind(config.admin_listen)
             .map_err(|e| fail(format!("binding {}: {e}", config.admin_listen)))?;
-        tasks.push(runtime::spawn(net::serve_admin(shard.clone(), admin)));
+        tasks.push(runtime::spawn_in(
+            TaskClass::Background,
+            net::serve_admin(shard.clone(), admin),
+        ));
     }
     tracing::info!(
         shard = shard_id,

@@ -34,11 +34,102 @@ pub fn run_local<T>(future: impl Future<Output = T>) -> T {
     executor.run(future)
 }
 
-/// Runs `future` as a task of the current executor; awaiting the handle yields
-/// its output. Dropping the handle detaches the task.
+/// Runs `future` as a task of the current executor, in the task queue of the
+/// task that spawns it; awaiting the handle yields its output. Dropping the
+/// handle detaches the task.
 pub fn spawn<T: 'static>(future: impl Future<Output = T> + 'static) -> Task<T> {
     Task {
         inner: glommio::spawn_local(future),
+    }
+}
+
+/// What a long-lived task does, for the scheduler. Each class has its own
+/// glommio task queue and shares of the core; tasks a class's task spawns
+/// stay in its queue. So flushes, retention and checkpoints cannot take the
+/// time produce and fetch requests need, while replication keeps an equal
+/// share with requests (acks=all waits on it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskClass {
+    /// Client connections, their requests, and other shards' calls.
+    Requests,
+    /// Follower fetch loops and the controller links (sessions, metadata).
+    Replication,
+    /// Log maintenance, retention, checkpoints, the admin endpoint.
+    Background,
+}
+
+impl TaskClass {
+    const ALL: [TaskClass; 3] = [
+        TaskClass::Requests,
+        TaskClass::Replication,
+        TaskClass::Background,
+    ];
+
+    /// Shares of the core when classes compete.
+    pub fn shares(self) -> usize {
+        match self {
+            TaskClass::Requests => 1_000,
+            TaskClass::Replication => 1_000,
+            TaskClass::Background => 100,
+        }
+    }
+
+    /// How soon a runnable task of this class should preempt others.
+    fn latency(self) -> glommio::Latency {
+        match self {
+            TaskClass::Requests => glommio::Latency::Matters(Duration::from_millis(1)),
+            TaskClass::Replication => glommio::Latency::Matters(Duration::from_millis(5)),
+            TaskClass::Background => glommio::Latency::NotImportant,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            TaskClass::Requests => "requests",
+            TaskClass::Replication => "replication",
+            TaskClass::Background => "background",
+        }
+    }
+}
+
+thread_local! {
+    /// The task queues of the executor running on this thread, by its id
+    /// (tests run several executors one after another on one thread).
+    static TASK_QUEUES: std::cell::RefCell<Option<(usize, [glommio::TaskQueueHandle; 3])>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn task_queue(class: TaskClass) -> glommio::TaskQueueHandle {
+    let executor = glommio::executor();
+    let id = executor.id();
+    TASK_QUEUES.with(|queues| {
+        let mut queues = queues.borrow_mut();
+        if queues.as_ref().is_none_or(|(owner, _)| *owner != id) {
+            let handles = TaskClass::ALL.map(|c| {
+                executor.create_task_queue(
+                    glommio::Shares::Static(c.shares()),
+                    c.latency(),
+                    c.name(),
+                )
+            });
+            *queues = Some((id, handles));
+        }
+        let (_, handles) = queues.as_ref().expect("created above");
+        handles[TaskClass::ALL
+            .iter()
+            .position(|&c| c == class)
+            .expect("listed")]
+    })
+}
+
+/// Runs `future` as a task of the current executor in `class`'s task queue.
+pub fn spawn_in<T: 'static>(
+    class: TaskClass,
+    future: impl Future<Output = T> + 'static,
+) -> Task<T> {
+    Task {
+        inner: glommio::spawn_local_into(future, task_queue(class))
+            .expect("the class's task queue belongs to this executor"),
     }
 }
 
@@ -98,4 +189,38 @@ pub async fn timeout<T>(timeout: Duration, future: impl Future<Output = T>) -> O
         None
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_class_runs_in_its_queue_on_every_executor() {
+        // Two executors one after the other on this thread: the second must
+        // not use the first one's queues.
+        for _ in 0..2 {
+            let sum = run_local(async {
+                let tasks: Vec<Task<usize>> = TaskClass::ALL
+                    .iter()
+                    .map(|&class| {
+                        spawn_in(class, async move {
+                            // A child stays in its parent's queue.
+                            let queue = glommio::executor().current_task_queue();
+                            let child = spawn(async { glommio::executor().current_task_queue() });
+                            assert_eq!(child.await, queue);
+                            assert_eq!(queue, task_queue(class));
+                            class.shares()
+                        })
+                    })
+                    .collect();
+                let mut sum = 0;
+                for task in tasks {
+                    sum += task.await;
+                }
+                sum
+            });
+            assert_eq!(sum, 2_100);
+        }
+    }
 }

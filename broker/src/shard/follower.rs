@@ -9,7 +9,7 @@ use protocol::{ErrorCode, LeaderEpoch, Offset};
 
 use super::{fetcher, OpError, Replica, Shard};
 use crate::partition::PartitionKey;
-use crate::runtime;
+use crate::runtime::{self, TaskClass};
 
 impl Shard {
     /// Starts a follower fetcher for every leader endpoint some follower
@@ -29,7 +29,8 @@ impl Shard {
         for endpoint in endpoints {
             if self.fetchers.borrow_mut().insert(endpoint.clone()) {
                 tracing::info!(shard = self.id, leader = %endpoint, "starting follower fetcher");
-                runtime::spawn(fetcher::run(self.clone(), endpoint)).detach();
+                runtime::spawn_in(TaskClass::Replication, fetcher::run(self.clone(), endpoint))
+                    .detach();
             }
         }
     }
