@@ -498,7 +498,16 @@ impl SimBroker {
         let stable = self.disks[p as usize].durable_end();
         let replica = self.live().replicas.get_mut(&p).expect("opened");
         if let Some(hw) = replica.core.high_watermark(replica.high_watermark, stable) {
-            replica.high_watermark = hw;
+            let log_end = self.disks[p as usize].log_end();
+            assert!(
+                hw <= log_end,
+                "a leader's high watermark {hw} passed its log end {log_end}"
+            );
+            self.live()
+                .replicas
+                .get_mut(&p)
+                .expect("opened")
+                .high_watermark = hw;
         }
         self.settle_acks(sim_ms, p, out);
     }

@@ -266,8 +266,13 @@ impl PartitionLog {
             .collect()
     }
 
+    /// Every invariant of the log, over all its segments: after open, flush,
+    /// roll, retention and truncation.
     pub fn check_invariants(&self) {
-        let state = self.state.borrow();
+        self.check_state(&self.state.borrow());
+    }
+
+    fn check_state(&self, state: &LogState) {
         let mut expected = state.segments.front().expect("segment").base;
         for (i, segment) in state.segments.iter().enumerate() {
             segment.check_invariants();
@@ -300,6 +305,32 @@ impl PartitionLog {
             self.written.get() <= expected.0,
             "written offset {} beyond the log end {expected}",
             self.written.get()
+        );
+    }
+
+    /// The invariants an append can break, in constant time (they run after
+    /// every append): the active segment is the last, continues the one
+    /// before it and ends where its tail does; the watermarks stay ordered
+    /// within the log.
+    fn check_append(&self, state: &LogState) {
+        let active = state.active();
+        active.check_invariants();
+        assert!(
+            active.tail.is_some() && !active.closing,
+            "the last segment is active"
+        );
+        if let Some(previous) = state.segments.iter().rev().nth(1) {
+            assert_eq!(
+                previous.next_offset, active.base,
+                "the active segment continues the log"
+            );
+        }
+        assert!(
+            self.durable.get() <= self.written.get() && self.written.get() <= active.next_offset.0,
+            "durable {} <= written {} <= log end {}",
+            self.durable.get(),
+            self.written.get(),
+            active.next_offset
         );
     }
 
@@ -385,6 +416,7 @@ impl PartitionLog {
         state.latest_epoch = epoch;
         state.stats.appended_batches += 1;
         state.stats.appended_bytes += batch.len() as u64;
+        self.check_append(&state);
         Ok(AppendInfo {
             base_offset: base,
             last_offset: stored.last_offset(),
@@ -407,6 +439,7 @@ impl PartitionLog {
         );
         next.latest_epoch = epoch;
         state.segments.push_back(next);
+        self.check_state(state);
     }
 
     /// Waits until the records below `next_offset` may be acknowledged under the
@@ -1228,6 +1261,7 @@ impl PartitionLog {
         }
         if count > 0 {
             checkpoint::sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
+            self.check_invariants();
         }
         Ok(count)
     }

@@ -126,6 +126,7 @@ impl ReplicaCore {
         } else if !self.role.leader {
             self.leader = None;
         }
+        self.check();
         Some(RoleApplied {
             new_leadership,
             demoted,
@@ -136,12 +137,35 @@ impl ReplicaCore {
     /// Records that `epoch` starts at `start` (an append); true if the
     /// history changed and must be saved.
     pub fn note_epoch(&mut self, epoch: i32, start: i64) -> bool {
-        self.epochs.assign(epoch, start)
+        let changed = self.epochs.assign(epoch, start);
+        self.check();
+        changed
     }
 
     /// The log was cut to end at `new_end`; true if the history changed.
     pub fn cut(&mut self, new_end: i64) -> bool {
-        self.epochs.truncate_to(new_end)
+        let changed = self.epochs.truncate_to(new_end);
+        self.check();
+        changed
+    }
+
+    /// Holds after every change: leader state exists exactly while leading,
+    /// and a leader's epoch history ends in its own epoch (it appends only
+    /// in it, and no record of its log is from a later one).
+    fn check(&self) {
+        assert_eq!(
+            self.leader.is_some(),
+            self.role.leader,
+            "leader state exactly while leading (role {:?})",
+            self.role
+        );
+        if self.role.leader {
+            assert_eq!(
+                self.epochs.latest_epoch(),
+                Some(self.role.leader_epoch.0),
+                "a leader's epoch history ends in its own epoch"
+            );
+        }
     }
 
     /// A leader's high watermark from its ISR's progress and its own stable

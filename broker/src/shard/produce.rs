@@ -172,6 +172,11 @@ impl Shard {
         let end = replica.log.stable_offset().0;
         let current = replica.high_watermark.get();
         if let Some(hw) = replica.core.borrow_mut().high_watermark(current, end) {
+            let log_end = replica.log.log_end_offset().0;
+            assert!(
+                hw <= log_end,
+                "a leader's high watermark {hw} passed its log end {log_end}"
+            );
             replica.high_watermark.advance(hw);
         }
     }
