@@ -30,6 +30,9 @@ fn results_body(outcomes: &[TopicOutcome], create: bool) -> Vec<u8> {
                     name: Some(name),
                     error_code: code,
                     error_message: message,
+                    // Clients talk to brokers, which forward to the
+                    // controller leader themselves.
+                    leader_endpoint: None,
                 },
             )
         })

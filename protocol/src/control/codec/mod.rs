@@ -3,17 +3,19 @@
 //! and from the types in `messages`. One module per API family (`session`:
 //! RegisterBroker and BrokerHeartbeat; `metadata`: FetchMetadata; `isr`:
 //! AlterIsr; `describe`: DescribeCluster; `topics`: CreateTopics and
-//! DeleteTopics); this module holds the errors, bounds and the records they
-//! share. Both directions live here so the controller, a broker's controller
+//! DeleteTopics), each API behind the `ControllerApi` trait (`api`); this
+//! module holds the errors, bounds and the records they share. Both directions live here so the controller, a broker's controller
 //! link and the tools share one codec. Pure: no I/O. Decoders verify the
 //! flatbuffer and bound every count before building values.
 
+mod api;
 mod describe;
 mod isr;
 mod metadata;
 mod session;
 mod topics;
 
+pub use api::*;
 pub use describe::*;
 pub use isr::*;
 pub use metadata::*;

@@ -83,20 +83,23 @@ fn encode_topic_results<'a>(
         .iter()
         .map(|o| {
             let name = fbb.create_string(&o.name);
-            let (code, message) = match &o.result {
-                Ok(()) => (ErrorCode::None, None),
-                Err(f) if f.code == ErrorCode::NotController => {
-                    (f.code, f.leader_endpoint.as_deref())
-                }
-                Err(f) => (f.code, Some(f.message.as_str())),
+            let (code, message, leader) = match &o.result {
+                Ok(()) => (ErrorCode::None, None, None),
+                Err(f) => (
+                    f.code,
+                    Some(f.message.as_str()),
+                    f.leader_endpoint.as_deref(),
+                ),
             };
             let message = opt_str(fbb, message);
+            let leader_endpoint = opt_str(fbb, leader);
             wire::TopicResult::create(
                 fbb,
                 &wire::TopicResultArgs {
                     name: Some(name),
                     error_code: code.code(),
                     error_message: message,
+                    leader_endpoint,
                 },
             )
         })
@@ -112,10 +115,12 @@ fn decode_topic_results<'a>(
         .flatten()
         .map(|r| {
             let message = r.error_message();
-            let result = match failure(r.error_code(), message, None) {
+            let result = match failure(r.error_code(), message, r.leader_endpoint()) {
                 None => Ok(()),
                 Some(mut f) => {
-                    if f.code == ErrorCode::NotController {
+                    if f.code == ErrorCode::NotController && f.leader_endpoint.is_none() {
+                        // An older encoder's NOT_CONTROLLER: the endpoint in
+                        // the message.
                         f.leader_endpoint = message.filter(|m| !m.is_empty()).map(str::to_owned);
                     }
                     Err(f)

@@ -21,6 +21,7 @@ impl<'a> TopicResult<'a> {
   pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
   pub const VT_ERROR_CODE: ::flatbuffers::VOffsetT = 6;
   pub const VT_ERROR_MESSAGE: ::flatbuffers::VOffsetT = 8;
+  pub const VT_LEADER_ENDPOINT: ::flatbuffers::VOffsetT = 10;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -32,6 +33,7 @@ impl<'a> TopicResult<'a> {
     args: &'args TopicResultArgs<'args>
   ) -> ::flatbuffers::WIPOffset<TopicResult<'bldr>> {
     let mut builder = TopicResultBuilder::new(_fbb);
+    if let Some(x) = args.leader_endpoint { builder.add_leader_endpoint(x); }
     if let Some(x) = args.error_message { builder.add_error_message(x); }
     if let Some(x) = args.name { builder.add_name(x); }
     builder.add_error_code(args.error_code);
@@ -60,6 +62,13 @@ impl<'a> TopicResult<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(TopicResult::VT_ERROR_MESSAGE, None)}
   }
+  #[inline]
+  pub fn leader_endpoint(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(TopicResult::VT_LEADER_ENDPOINT, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for TopicResult<'_> {
@@ -71,6 +80,7 @@ impl ::flatbuffers::Verifiable for TopicResult<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
      .visit_field::<u16>("error_code", Self::VT_ERROR_CODE, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("error_message", Self::VT_ERROR_MESSAGE, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("leader_endpoint", Self::VT_LEADER_ENDPOINT, false)?
      .finish();
     Ok(())
   }
@@ -79,6 +89,7 @@ pub struct TopicResultArgs<'a> {
     pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub error_code: u16,
     pub error_message: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub leader_endpoint: Option<::flatbuffers::WIPOffset<&'a str>>,
 }
 impl<'a> Default for TopicResultArgs<'a> {
   #[inline]
@@ -87,6 +98,7 @@ impl<'a> Default for TopicResultArgs<'a> {
       name: None,
       error_code: 0,
       error_message: None,
+      leader_endpoint: None,
     }
   }
 }
@@ -109,6 +121,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TopicResultBuilder<'a, 'b, A>
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TopicResult::VT_ERROR_MESSAGE, error_message);
   }
   #[inline]
+  pub fn add_leader_endpoint(&mut self, leader_endpoint: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(TopicResult::VT_LEADER_ENDPOINT, leader_endpoint);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> TopicResultBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     TopicResultBuilder {
@@ -129,6 +145,7 @@ impl ::core::fmt::Debug for TopicResult<'_> {
       ds.field("name", &self.name());
       ds.field("error_code", &self.error_code());
       ds.field("error_message", &self.error_message());
+      ds.field("leader_endpoint", &self.leader_endpoint());
       ds.finish()
   }
 }
