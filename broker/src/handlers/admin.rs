@@ -221,9 +221,9 @@ pub(super) async fn describe_topic(shard: &Rc<Shard>, body: &[u8]) -> HandlerRes
                     .map_or(-1, |b| i32::try_from(b.0).unwrap_or(i32::MAX)),
                 leader_epoch: record.leader_epoch.0,
                 shard: u16::try_from(owner).expect("shard count bounded"),
-                log_start_offset: detail.log_start_offset,
-                log_end_offset: detail.log_end_offset,
-                high_watermark: detail.high_watermark,
+                log_start_offset: detail.log_start_offset.0,
+                log_end_offset: detail.log_end_offset.0,
+                high_watermark: detail.high_watermark.0,
                 size_bytes: detail.size_bytes,
             },
         ));

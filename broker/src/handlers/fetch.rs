@@ -8,12 +8,14 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use protocol::flatbuffers::FlatBufferBuilder;
-use protocol::{wire, BrokerId, ErrorCode, LeaderEpoch};
+use protocol::{wire, BrokerId, ErrorCode, LeaderEpoch, Offset};
 
 use super::{finish, parse, HandlerResult, Reply};
 use crate::partition::PartitionKey;
 use crate::runtime::{self, Watermark};
-use crate::shard::{FetchOutcome, OpError, ReplicaFetch, Shard, ShardOp, ShardReply};
+use crate::shard::{
+    FetchOutcome, OpError, ReplicaFetch, Shard, ShardOp, ShardReply, UNKNOWN_OFFSET,
+};
 
 /// Partitions in one fetch request.
 pub const FETCH_PARTITIONS_MAX: usize = 10_000;
@@ -21,7 +23,7 @@ pub const FETCH_PARTITIONS_MAX: usize = 10_000;
 struct Wanted {
     topic_index: usize,
     key: PartitionKey,
-    offset: i64,
+    offset: Offset,
     max_bytes: usize,
     replica: Option<ReplicaFetch>,
 }
@@ -29,7 +31,7 @@ struct Wanted {
 async fn fetch_one(
     shard: Rc<Shard>,
     key: PartitionKey,
-    offset: i64,
+    offset: Offset,
     max_bytes: usize,
     wait_ms: u64,
     replica: Option<ReplicaFetch>,
@@ -39,9 +41,9 @@ async fn fetch_one(
         Err(e) => {
             return FetchOutcome {
                 error: Some(e),
-                high_watermark: -1,
-                log_start_offset: -1,
-                log_end_offset: -1,
+                high_watermark: UNKNOWN_OFFSET,
+                log_start_offset: UNKNOWN_OFFSET,
+                log_end_offset: UNKNOWN_OFFSET,
                 ..FetchOutcome::default()
             }
         }
@@ -101,7 +103,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
                     topic: name.clone(),
                     partition: partition.partition(),
                 },
-                offset: partition.fetch_offset(),
+                offset: Offset(partition.fetch_offset()),
                 max_bytes,
                 replica,
             });
@@ -228,12 +230,12 @@ fn build_response(
             &wire::FetchPartitionResultArgs {
                 partition: w.key.partition,
                 error_code: outcome.error.map_or(0, |e| e.code.code()),
-                high_watermark: outcome.high_watermark,
-                log_start_offset: outcome.log_start_offset,
-                log_end_offset: outcome.log_end_offset,
+                high_watermark: outcome.high_watermark.0,
+                log_start_offset: outcome.log_start_offset.0,
+                log_end_offset: outcome.log_end_offset.0,
                 records: Some(&range),
-                diverging_epoch: outcome.diverging.map_or(-1, |d| d.0),
-                diverging_end_offset: outcome.diverging.map_or(-1, |d| d.1),
+                diverging_epoch: outcome.diverging.map_or(-1, |d| d.0 .0),
+                diverging_end_offset: outcome.diverging.map_or(-1, |d| d.1 .0),
             },
         ));
     }

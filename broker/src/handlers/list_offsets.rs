@@ -52,7 +52,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
                 },
             };
             let (error_code, offset) = match result {
-                Ok(offset) => (0, offset),
+                Ok(offset) => (0, offset.0),
                 Err(e) => (e.code.code(), -1),
             };
             results.push(wire::ListOffsetsPartitionResult::create(

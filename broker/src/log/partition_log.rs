@@ -558,7 +558,8 @@ impl PartitionLog {
         let file = DirectFile::create_new(&path)
             .await
             .map_err(|e| LogError::io(&path, e))?;
-        checkpoint::sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
+        // Its directory entry is durable before any write to it is vouched for.
+        self.remove_files_and_sync(Vec::new()).await?;
         if let Some(segment) = self.state.borrow_mut().segment_mut(base) {
             segment.file = Some(file.clone());
         }
@@ -1184,12 +1185,12 @@ impl PartitionLog {
             state.latest_epoch = LeaderEpoch(0);
             removed
         };
-        for segment in removed.iter().filter(|s| s.base != offset) {
-            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                remove_if_exists(&segment_path(&self.dir, segment.base, suffix))?;
-            }
-        }
-        checkpoint::sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
+        let gone = removed
+            .iter()
+            .filter(|s| s.base != offset)
+            .map(|s| s.base)
+            .collect();
+        self.remove_files_and_sync(gone).await?;
         for mark in [&self.written, &self.durable] {
             mark.set(offset.0);
         }
@@ -1219,12 +1220,25 @@ impl PartitionLog {
             .segments
             .drain(index + 1..)
             .collect();
-        for segment in removed.into_iter().rev() {
-            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                remove_if_exists(&segment_path(&self.dir, segment.base, suffix))?;
+        // Newest first: a crash part-way leaves the log a prefix.
+        let gone = removed.iter().rev().map(|s| s.base).collect();
+        self.remove_files_and_sync(gone).await
+    }
+
+    /// Removes the files of the segments at `bases` (in that order) and
+    /// syncs the directory, on the runtime's blocking thread: unlinks and a
+    /// directory sync block, and the shard keeps serving meanwhile.
+    async fn remove_files_and_sync(&self, bases: Vec<Offset>) -> LogResult<()> {
+        let dir = self.dir.clone();
+        runtime::blocking(move || {
+            for base in bases {
+                for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                    remove_if_exists(&segment_path(&dir, base, suffix))?;
+                }
             }
-        }
-        checkpoint::sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))
+            checkpoint::sync_dir(&dir).map_err(|e| LogError::io(&dir, e))
+        })
+        .await
     }
 
     /// Deletes the oldest closed segments that retention no longer keeps, never
@@ -1254,13 +1268,10 @@ impl PartitionLog {
             self.generation.set(self.generation.get() + 2);
         }
         let removed: Vec<Segment> = self.state.borrow_mut().segments.drain(..count).collect();
-        for segment in &removed {
-            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                remove_if_exists(&segment_path(&self.dir, segment.base, suffix))?;
-            }
-        }
         if count > 0 {
-            checkpoint::sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
+            // Oldest first: a crash part-way leaves the log a suffix.
+            self.remove_files_and_sync(removed.iter().map(|s| s.base).collect())
+                .await?;
             self.check_invariants();
         }
         Ok(count)

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use protocol::{ErrorCode, Offset};
+use protocol::{ErrorCode, LeaderEpoch, Offset};
 
-use super::{FetchOutcome, OpError, PartitionDetail, Replica, ReplicaFetch, Shard};
+use super::{FetchOutcome, OpError, PartitionDetail, Replica, ReplicaFetch, Shard, UNKNOWN_OFFSET};
 use crate::partition::{Chunks, PartitionKey};
 use crate::runtime::{self, Watermark};
 
@@ -14,7 +14,7 @@ impl Shard {
     pub(super) async fn fetch_local(
         &self,
         key: &PartitionKey,
-        offset: i64,
+        offset: Offset,
         max_bytes: usize,
         wait_ms: u64,
         follower: Option<ReplicaFetch>,
@@ -22,9 +22,9 @@ impl Shard {
     ) -> FetchOutcome {
         let failed = |e: OpError| FetchOutcome {
             error: Some(e),
-            high_watermark: -1,
-            log_start_offset: -1,
-            log_end_offset: -1,
+            high_watermark: UNKNOWN_OFFSET,
+            log_start_offset: UNKNOWN_OFFSET,
+            log_end_offset: UNKNOWN_OFFSET,
             ..FetchOutcome::default()
         };
         let replica = match self.leader_replica(key) {
@@ -40,35 +40,32 @@ impl Shard {
             + Duration::from_millis(wait_ms.min(self.config.fetch_wait_ms_max));
         loop {
             let (start, end) = (replica.log.log_start_offset(), replica.log.log_end_offset());
-            let hw = replica.high_watermark.get().min(end.0);
+            let hw = Offset(replica.high_watermark.get()).min(end);
             // Consumers read committed records only; followers read all.
             let (limit, watermark) = match follower {
-                None => (Offset(hw), &replica.high_watermark),
+                None => (hw, &replica.high_watermark),
                 Some(_) => (end, &replica.log_end),
             };
             let mut outcome = FetchOutcome {
                 high_watermark: hw,
-                log_start_offset: start.0,
-                log_end_offset: end.0,
+                log_start_offset: start,
+                log_end_offset: end,
                 ..FetchOutcome::default()
             };
-            if offset < start.0 || offset > end.0 {
+            if offset < start || offset > end {
                 outcome.error = Some(OpError::new(
                     ErrorCode::OffsetOutOfRange,
                     format!("offset {offset} outside [{start}, {end}]"),
                 ));
                 return outcome;
             }
-            let records = if offset >= limit.0 {
+            let records = if offset >= limit {
                 Chunks::default()
             } else {
-                let cached = self
-                    .cache
-                    .borrow()
-                    .read(key, Offset(offset), max_bytes, limit);
+                let cached = self.cache.borrow().read(key, offset, max_bytes, limit);
                 match cached {
                     Some((bytes, _)) => bytes,
-                    None => match replica.log.read(Offset(offset), max_bytes, limit).await {
+                    None => match replica.log.read(offset, max_bytes, limit).await {
                         Ok(fetched) => Chunks::from(fetched.bytes),
                         Err(e) => {
                             outcome.error = Some(self.log_error(e));
@@ -84,7 +81,7 @@ impl Shard {
                 return outcome;
             }
             let _waiting = self.metrics.fetch_waiter();
-            let woken = watermark.wait_at_least(offset + 1);
+            let woken = watermark.wait_at_least(offset.0 + 1);
             match cancel {
                 Some(cancel) => {
                     runtime::timeout(
@@ -113,7 +110,7 @@ impl Shard {
         &self,
         replica: &Replica,
         f: &ReplicaFetch,
-        offset: i64,
+        offset: Offset,
     ) -> Option<FetchOutcome> {
         use crate::replication::replica::FollowerFetchVerdict;
         let end = replica.log.log_end_offset().0;
@@ -127,7 +124,7 @@ impl Shard {
         let verdict = replica
             .core
             .borrow_mut()
-            .follower_fetch(f, offset, end, registered, now_ms);
+            .follower_fetch(f, offset.0, end, registered, now_ms);
         match verdict {
             FollowerFetchVerdict::Serve => {
                 self.update_high_watermark(replica);
@@ -135,16 +132,16 @@ impl Shard {
             }
             FollowerFetchVerdict::Refuse(code, message) => Some(FetchOutcome {
                 error: Some(OpError::new(code, message)),
-                high_watermark: -1,
-                log_start_offset: -1,
-                log_end_offset: -1,
+                high_watermark: UNKNOWN_OFFSET,
+                log_start_offset: UNKNOWN_OFFSET,
+                log_end_offset: UNKNOWN_OFFSET,
                 ..FetchOutcome::default()
             }),
             FollowerFetchVerdict::Diverging { epoch, end_offset } => Some(FetchOutcome {
-                high_watermark: replica.high_watermark.get(),
-                log_start_offset: replica.log.log_start_offset().0,
-                log_end_offset: end,
-                diverging: Some((epoch, end_offset)),
+                high_watermark: Offset(replica.high_watermark.get()),
+                log_start_offset: replica.log.log_start_offset(),
+                log_end_offset: Offset(end),
+                diverging: Some((LeaderEpoch(epoch), Offset(end_offset))),
                 ..FetchOutcome::default()
             }),
         }
@@ -154,15 +151,12 @@ impl Shard {
         &self,
         key: &PartitionKey,
         timestamp_ms: i64,
-    ) -> Result<i64, OpError> {
+    ) -> Result<Offset, OpError> {
         let (replica, _) = self.leader_replica(key)?;
         match timestamp_ms {
-            -2 => Ok(replica.log.log_start_offset().0),
+            -2 => Ok(replica.log.log_start_offset()),
             // The latest offset a consumer can read up to.
-            -1 => Ok(replica
-                .high_watermark
-                .get()
-                .min(replica.log.log_end_offset().0)),
+            -1 => Ok(Offset(replica.high_watermark.get()).min(replica.log.log_end_offset())),
             ts if ts < 0 => Err(OpError::new(
                 ErrorCode::InvalidRequest,
                 format!("timestamp {ts} is not -2, -1 or a time"),
@@ -172,7 +166,7 @@ impl Shard {
                 .offset_for_timestamp(ts)
                 .await
                 .map_err(|e| self.log_error(e))?
-                .map_or(-1, |o| o.0)),
+                .unwrap_or(UNKNOWN_OFFSET)),
         }
     }
 
@@ -184,9 +178,9 @@ impl Shard {
             },
             Ok(r) => PartitionDetail {
                 error: None,
-                log_start_offset: r.log.log_start_offset().0,
-                log_end_offset: r.log.log_end_offset().0,
-                high_watermark: r.high_watermark.get().min(r.log.log_end_offset().0),
+                log_start_offset: r.log.log_start_offset(),
+                log_end_offset: r.log.log_end_offset(),
+                high_watermark: Offset(r.high_watermark.get()).min(r.log.log_end_offset()),
                 size_bytes: r.log.size_bytes(),
             },
         }

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use protocol::control::messages::MetadataUpdate;
-use protocol::{BrokerId, Offset, PartitionEpoch};
+use protocol::{BrokerId, LeaderEpoch, Offset, PartitionEpoch};
 
 use super::{OpError, ReplicaFetch, Shard};
 use crate::cluster_view::TopicSpec;
@@ -21,23 +21,27 @@ pub struct ProduceOutcome {
     pub log_end_offset: Offset,
 }
 
+/// A fetch's answer. With an error the offsets are `UNKNOWN_OFFSET`.
 #[derive(Clone, Debug, Default)]
 pub struct FetchOutcome {
     pub error: Option<OpError>,
-    pub high_watermark: i64,
-    pub log_start_offset: i64,
-    pub log_end_offset: i64,
+    pub high_watermark: Offset,
+    pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
     pub records: Chunks,
     /// For a follower whose log diverges: (leader epoch, its end offset).
-    pub diverging: Option<(i32, i64)>,
+    pub diverging: Option<(LeaderEpoch, Offset)>,
 }
+
+/// An offset the answer does not know (the wire's -1).
+pub const UNKNOWN_OFFSET: Offset = Offset(-1);
 
 #[derive(Clone, Debug, Default)]
 pub struct PartitionDetail {
     pub error: Option<OpError>,
-    pub log_start_offset: i64,
-    pub log_end_offset: i64,
-    pub high_watermark: i64,
+    pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
+    pub high_watermark: Offset,
     pub size_bytes: u64,
 }
 
@@ -60,7 +64,7 @@ pub enum ShardOp {
     },
     Fetch {
         key: PartitionKey,
-        offset: i64,
+        offset: Offset,
         max_bytes: usize,
         wait_ms: u64,
         /// Set when a follower fetches.
@@ -92,7 +96,9 @@ pub enum ShardOp {
 pub enum ShardReply {
     Produce(Result<ProduceOutcome, OpError>),
     Fetch(FetchOutcome),
-    ListOffset(Result<i64, OpError>),
+    /// The offset asked for; `UNKNOWN_OFFSET` when no record is at or
+    /// after the timestamp.
+    ListOffset(Result<Offset, OpError>),
     Describe(PartitionDetail),
     Admin(Vec<TopicOutcome>),
     /// The ISR and partition epoch the controller recorded.

@@ -48,7 +48,7 @@ use protocol::BrokerId;
 pub use error::OpError;
 pub use mesh::{
     FetchOutcome, MeshBody, MeshMessage, PartitionDetail, ProduceOutcome, ShardOp, ShardReply,
-    TopicOutcome,
+    TopicOutcome, UNKNOWN_OFFSET,
 };
 pub use reconcile::{desired_replicas, DesiredReplica};
 pub use replica::Replica;
