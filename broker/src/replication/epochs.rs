@@ -2,7 +2,8 @@
 //! A leader answers "where does epoch E end in your log?" from it, and a
 //! follower uses the answer to cut a suffix that diverged after a leader
 //! change. Kept in `leader-epoch.checkpoint` next to the segments, rewritten
-//! (rarely: once per leader change or truncation) durably.
+//! durably (rarely: once per leader change or truncation) by the shard's
+//! `EpochSaver`, before any record of a new epoch is appended.
 
 use std::path::{Path, PathBuf};
 

@@ -125,7 +125,7 @@ impl Shard {
     pub(super) fn after_cut(&self, key: &PartitionKey, replica: &Replica, new_end: i64) {
         self.cache.borrow_mut().remove_partition(key);
         if replica.core.borrow_mut().cut(new_end) {
-            replica.save_epochs(self);
+            replica.save_epochs();
         }
         replica.log_end.set(new_end);
         if replica.high_watermark.get() > new_end {
@@ -158,15 +158,30 @@ impl Shard {
             }
             let bytes = &rest[..used];
             rest = &rest[used..];
-            if header.next_offset().0 <= replica.log.log_end_offset().0 {
+            let log_end = replica.log.log_end_offset().0;
+            if header.next_offset().0 <= log_end {
                 continue;
             }
-            let info = replica
-                .log
-                .append_replica(bytes)
-                .await
-                .map_err(|e| self.log_error(e))?;
-            self.note_epoch(replica, header.partition_leader_epoch.0, info.base_offset.0);
+            // A batch of a new epoch lands only once the saved history names
+            // that epoch (`EpochSaver`).
+            if header.base_offset.0 == log_end {
+                self.note_epoch(replica, header.partition_leader_epoch.0, log_end);
+            }
+            replica.epochs_saved(self).await;
+            if !still_following() {
+                return Ok(());
+            }
+            let info = match replica.log.append_replica(bytes).await {
+                Ok(info) => info,
+                Err(e) => {
+                    // The epoch noted for a batch that did not land goes too.
+                    let end = replica.log.log_end_offset().0;
+                    if replica.core.borrow_mut().cut(end) {
+                        replica.save_epochs();
+                    }
+                    return Err(self.log_error(e));
+                }
+            };
             replica.log_end.advance(info.log_end_offset.0);
         }
         Ok(())

@@ -306,6 +306,7 @@ impl Shard {
             if let Err(e) = replica.log.close().await {
                 tracing::error!(error = %e, topic = %key.topic, partition = key.partition, "closing log failed");
             }
+            replica.epoch_saver.flushed().await;
         }
     }
 

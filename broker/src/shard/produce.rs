@@ -19,6 +19,9 @@ impl Shard {
         acks: i16,
         timeout_ms: u64,
     ) -> Result<ProduceOutcome, OpError> {
+        // Records of a new leadership's epoch land only once the saved
+        // history names it (`EpochSaver`); the role is read after the wait.
+        self.leader_replica(&key)?.0.epochs_saved(self).await;
         let (replica, leader_epoch) = self.leader_replica(&key)?;
         if self.stopping.get() {
             return Err(OpError::new(
@@ -41,7 +44,13 @@ impl Shard {
         }
         let epoch = leader_epoch;
         let info = replica.log.append(&batch, epoch).await?;
-        self.note_epoch(&replica, leader_epoch.0, info.base_offset.0);
+        assert!(
+            !replica
+                .core
+                .borrow_mut()
+                .note_epoch(leader_epoch.0, info.base_offset.0),
+            "a leader's epoch is in its history before it appends"
+        );
         self.cache
             .borrow_mut()
             .insert(&key, info.base_offset, info.log_end_offset, epoch, batch);
@@ -162,7 +171,7 @@ impl Shard {
     pub(super) fn note_epoch(&self, replica: &Replica, epoch: i32, start: i64) {
         let changed = replica.core.borrow_mut().note_epoch(epoch, start);
         if changed {
-            replica.save_epochs(self);
+            replica.save_epochs();
         }
     }
 

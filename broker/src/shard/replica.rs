@@ -2,7 +2,8 @@
 //! wait on, and its replication state machine (`replication::replica`);
 //! role changes, and opening and removing its log.
 
-use std::cell::{Ref, RefCell};
+use std::cell::{Cell, Ref, RefCell};
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use super::{Role, Shard, TOPIC_ID_FILE};
@@ -11,7 +12,7 @@ use crate::log::{LogError, PartitionLog};
 use crate::partition::PartitionKey;
 use crate::replication::epochs::EpochHistory;
 use crate::replication::replica::ReplicaCore;
-use crate::runtime::{self, Watermark};
+use crate::runtime::{self, SerialGate, Watermark};
 use protocol::{BrokerId, LeaderEpoch};
 
 #[derive(Debug)]
@@ -29,6 +30,61 @@ pub struct Replica {
     /// wait) checks it did not change meanwhile, and waits on it to learn
     /// of a change at once.
     pub role_version: Watermark,
+    /// Writes the epoch history to `leader-epoch.checkpoint`.
+    pub epoch_saver: Rc<EpochSaver>,
+}
+
+/// Saves a replica's epoch history on the runtime's blocking thread, one
+/// save at a time, each writing the history as it is when it runs (so the
+/// last to finish is the newest). Every record on disk must have its epoch
+/// in the saved history, so a leader appends at a new epoch, and a follower
+/// appends a batch of a new epoch, only once the save that names it is done
+/// (`flushed`); cuts need not wait (an entry past the log end is dropped
+/// when the log opens).
+#[derive(Debug, Default)]
+pub struct EpochSaver {
+    asked: Cell<u64>,
+    pending: RefCell<Option<(u64, PathBuf, EpochHistory)>>,
+    saved: Watermark,
+    gate: SerialGate,
+    failures: Cell<u64>,
+}
+
+impl EpochSaver {
+    /// Asks for `history` to be saved in `dir`.
+    pub fn request(self: &Rc<Self>, dir: PathBuf, history: EpochHistory) {
+        let n = self.asked.get() + 1;
+        self.asked.set(n);
+        *self.pending.borrow_mut() = Some((n, dir, history));
+        let saver = self.clone();
+        runtime::spawn(async move {
+            let _gate = saver.gate.enter().await;
+            // A later request may have been written already by this point.
+            let Some((n, dir, history)) = saver.pending.borrow_mut().take() else {
+                return;
+            };
+            let shown = dir.clone();
+            if let Err(e) = runtime::blocking(move || history.save(&dir)).await {
+                saver.failures.set(saver.failures.get() + 1);
+                tracing::warn!(error = %e, dir = %shown.display(), "saving the leader epoch history failed");
+            }
+            saver.saved.advance(n as i64);
+        })
+        .detach();
+    }
+
+    /// Waits until every save asked for so far is done.
+    pub async fn flushed(&self) {
+        let asked = self.asked.get() as i64;
+        if self.saved.get() < asked {
+            self.saved.wait_at_least(asked).await;
+        }
+    }
+
+    /// Failed saves since the last call.
+    pub fn take_failures(&self) -> u64 {
+        self.failures.replace(0)
+    }
 }
 
 impl Replica {
@@ -52,6 +108,7 @@ impl Replica {
             high_watermark: Watermark::new(0),
             core: RefCell::new(ReplicaCore::new(me, role, epochs)),
             role_version: Watermark::new(0),
+            epoch_saver: Rc::default(),
         }
     }
 
@@ -64,11 +121,19 @@ impl Replica {
         self.core.borrow().leads_at(leader_epoch)
     }
 
-    /// Saves the epoch history after it changed.
-    pub(super) fn save_epochs(&self, shard: &Shard) {
-        if let Err(e) = self.core.borrow().epochs().save(self.log.dir()) {
+    /// Saves the epoch history after it changed, off the shard thread.
+    pub(super) fn save_epochs(&self) {
+        let history = self.core.borrow().epochs().clone();
+        self.epoch_saver
+            .request(self.log.dir().to_path_buf(), history);
+    }
+
+    /// Waits until the epoch history is saved as it is now (see
+    /// `EpochSaver`); counts failed saves as storage errors.
+    pub(super) async fn epochs_saved(&self, shard: &Shard) {
+        self.epoch_saver.flushed().await;
+        for _ in 0..self.epoch_saver.take_failures() {
             shard.metrics.on_storage_error();
-            tracing::warn!(error = %e, dir = %self.log.dir().display(), "saving the leader epoch history failed");
         }
     }
 }
@@ -96,7 +161,7 @@ impl Shard {
             tracing::info!(topic = %key.topic, partition = key.partition, leader = role.leader, leader_epoch = %role.leader_epoch, isr = ?role.isr, "replica role changed");
         }
         if applied.epochs_changed {
-            replica.save_epochs(self);
+            replica.save_epochs();
         }
         replica.role_version.advance(replica.role_version.get() + 1);
         self.update_high_watermark(replica);
@@ -146,10 +211,39 @@ impl Shard {
             if let Err(e) = replica.log.close().await {
                 tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "closing a removed replica failed");
             }
+            // No save may land in the directory after it is gone.
+            replica.epoch_saver.flushed().await;
             let dir = replica.log.dir().to_path_buf();
             if let Err(e) = runtime::blocking(move || std::fs::remove_dir_all(dir)).await {
                 tracing::warn!(error = %e, dir = %replica.log.dir().display(), "removing a replica's data failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_history_is_saved_and_flushed_waits_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        runtime::run_local(async move {
+            let saver = Rc::new(EpochSaver::default());
+            for latest in 1..=5 {
+                let entries = (1..=latest).map(|e| (e, i64::from(e) * 10)).collect();
+                saver.request(path.clone(), EpochHistory::from_entries(entries));
+            }
+            saver.flushed().await;
+            let saved = EpochHistory::load(&path, 100, EpochHistory::default());
+            assert_eq!(saved.latest_epoch(), Some(5), "the newest history won");
+            assert_eq!(saved.entries().len(), 5);
+            assert_eq!(saver.take_failures(), 0);
+            // A failed save is counted, and waiting for it still ends.
+            saver.request(path.join("no-such-dir"), EpochHistory::default());
+            saver.flushed().await;
+            assert_eq!(saver.take_failures(), 1);
+        });
     }
 }
