@@ -142,3 +142,27 @@ fn concurrent_appends_share_one_sync() {
         );
     });
 }
+
+/// A leader deposed while its append waited stages nothing: `append_if`
+/// checks leadership when the batch is staged, not only when it was asked.
+#[test]
+fn append_if_stages_nothing_once_leadership_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let log = open(dir.path(), small_config(), &clock).await;
+        let leads = std::cell::Cell::new(true);
+        let first = log
+            .append_if(&batch(0, 5, 1_000, 100), LeaderEpoch(1), &|| leads.get())
+            .await
+            .unwrap();
+        assert_eq!(first.log_end_offset, Offset(5));
+        leads.set(false);
+        let refused = log
+            .append_if(&batch(1, 5, 1_010, 100), LeaderEpoch(1), &|| leads.get())
+            .await;
+        assert!(matches!(refused, Err(LogError::Changed)), "{refused:?}");
+        assert_eq!(log.log_end_offset(), Offset(5), "nothing staged");
+        log.close().await.unwrap();
+    });
+}

@@ -337,21 +337,44 @@ impl PartitionLog {
     /// Validates `batch`, assigns it the next offsets, stamps `leader_epoch` and
     /// stages it for writing. Waits only when too many bytes are unwritten.
     pub async fn append(&self, batch: &[u8], leader_epoch: LeaderEpoch) -> LogResult<AppendInfo> {
-        self.append_with(batch, Stamp::Leader(leader_epoch)).await
+        self.append_with(batch, Stamp::Leader(leader_epoch), None)
+            .await
+    }
+
+    /// `append`, only if `still_leads` holds when the batch is staged: an
+    /// append may wait for earlier bytes to be written first, and a leader
+    /// deposed (or re-elected at a newer epoch) meanwhile must not stamp a
+    /// batch with its old epoch. `LogError::Changed` otherwise.
+    pub async fn append_if(
+        &self,
+        batch: &[u8],
+        leader_epoch: LeaderEpoch,
+        still_leads: &dyn Fn() -> bool,
+    ) -> LogResult<AppendInfo> {
+        self.append_with(batch, Stamp::Leader(leader_epoch), Some(still_leads))
+            .await
     }
 
     /// Appends a batch copied from the leader, keeping its offsets and epoch.
     pub async fn append_replica(&self, batch: &[u8]) -> LogResult<AppendInfo> {
-        self.append_with(batch, Stamp::Replica).await
+        self.append_with(batch, Stamp::Replica, None).await
     }
 
-    async fn append_with(&self, batch: &[u8], stamp: Stamp) -> LogResult<AppendInfo> {
+    async fn append_with(
+        &self,
+        batch: &[u8],
+        stamp: Stamp,
+        still_valid: Option<&dyn Fn() -> bool>,
+    ) -> LogResult<AppendInfo> {
         let header = *RecordBatch::parse(batch, self.config.batch_bytes_max)?.header();
         header.check_producer_batch()?;
         while self.state.borrow().unwritten_bytes() + batch.len() > self.config.unwritten_bytes_max
         {
             let _gate = self.io_gate.enter().await;
             self.write_out(false).await?;
+        }
+        if still_valid.is_some_and(|still| !still()) {
+            return Err(LogError::Changed);
         }
         let now_ms = self.clock.now_ms();
         if self.generation.get() % 2 == 1 {

@@ -43,7 +43,10 @@ impl Shard {
             ));
         }
         let epoch = leader_epoch;
-        let info = replica.log.append(&batch, epoch).await?;
+        let info = replica
+            .log
+            .append_if(&batch, epoch, &|| replica.leads_at(epoch))
+            .await?;
         assert!(
             !replica
                 .core
