@@ -71,6 +71,21 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The command a leader's AlterIsr request asks for.
+    pub fn alter_isr(request: &protocol::control::messages::AlterIsr) -> Command {
+        Command::AlterIsr {
+            topic_id: request.topic_id,
+            partition: request.partition,
+            leader_id: request.leader_id,
+            leader_epoch: request.leader_epoch,
+            partition_epoch: request.partition_epoch,
+            new_isr: request.new_isr.clone(),
+            new_isr_epochs: request.new_isr_epochs.clone(),
+        }
+    }
+}
+
 /// What a successful command did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {

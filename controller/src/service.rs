@@ -260,15 +260,7 @@ impl ControllerService {
         request: AlterIsr,
     ) -> Result<(PartitionIndex, PartitionRecord), ApiFailure> {
         self.require_leader()?;
-        let command = Command::AlterIsr {
-            topic_id: request.topic_id,
-            partition: request.partition,
-            leader_id: request.leader_id,
-            leader_epoch: request.leader_epoch,
-            partition_epoch: request.partition_epoch,
-            new_isr: request.new_isr,
-            new_isr_epochs: request.new_isr_epochs,
-        };
+        let command = Command::alter_isr(&request);
         match self.propose(command).await {
             Ok(Outcome::IsrAltered { partition }) => {
                 tracing::info!(topic_id = %request.topic_id, partition = %request.partition, isr = ?partition.isr, "ISR changed");

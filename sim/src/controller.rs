@@ -122,20 +122,10 @@ impl SimController {
                 request,
             } => {
                 let partition = request.partition.0;
-                let result = self
-                    .apply(Command::AlterIsr {
-                        topic_id: request.topic_id,
-                        partition: request.partition,
-                        leader_id: request.leader_id,
-                        leader_epoch: request.leader_epoch,
-                        partition_epoch: request.partition_epoch,
-                        new_isr: request.new_isr,
-                        new_isr_epochs: request.new_isr_epochs,
-                    })
-                    .map(|o| match o {
-                        Outcome::IsrAltered { partition } => partition,
-                        other => panic!("AlterIsr gave {other:?}"),
-                    });
+                let result = self.apply(Command::alter_isr(&request)).map(|o| match o {
+                    Outcome::IsrAltered { partition } => partition,
+                    other => panic!("AlterIsr gave {other:?}"),
+                });
                 Msg::AlterIsrAnswer {
                     request_id,
                     partition,

@@ -295,19 +295,8 @@ impl ReplicaCore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::role::tests::role;
     use super::*;
-
-    fn role(leader: bool, leader_epoch: i32, partition_epoch: i32, isr: &[u32]) -> Role {
-        Role {
-            leader,
-            leader_epoch: LeaderEpoch(leader_epoch),
-            partition_epoch: PartitionEpoch(partition_epoch),
-            replicas: [1, 2].map(BrokerId).to_vec(),
-            isr: isr.iter().copied().map(BrokerId).collect(),
-            min_insync: 2,
-            leader_endpoint: None,
-        }
-    }
 
     #[test]
     fn a_leadership_starts_its_epoch_and_a_demotion_fails_its_writes() {

@@ -67,10 +67,16 @@ pub fn role_change(old: &Role, new: &Role) -> RoleChange {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn role(leader: bool, leader_epoch: i32, partition_epoch: i32, isr: &[u32]) -> Role {
+    /// A role over replicas 1, 2 and 3 with `min.insync.replicas` 2.
+    pub(in crate::replication) fn role(
+        leader: bool,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: &[u32],
+    ) -> Role {
         Role {
             leader,
             leader_epoch: LeaderEpoch(leader_epoch),
