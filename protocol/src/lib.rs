@@ -37,7 +37,7 @@ pub use ids::{
 };
 pub use record_batch::{
     BatchBuilder, BatchError, BatchHeader, Compression, Record, RecordBatch, RecordHeader,
-    RecordIter, RecordRef, BATCH_HEADER_BYTES,
+    RecordIter, RecordRef, Retained, BATCH_HEADER_BYTES,
 };
 
 /// Re-exported so every process builds messages with the pinned version.

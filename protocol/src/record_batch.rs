@@ -649,20 +649,7 @@ impl BatchBuilder {
     }
 
     fn record_body_bytes(&self, record: &Record<'_>, offset_delta: i32) -> usize {
-        let bytes_len = |b: Option<&[u8]>| match b {
-            None => varint_len(-1),
-            Some(b) => varint_len(b.len() as i32) + b.len(),
-        };
-        1 + varlong_len(self.timestamp_delta(record))
-            + varint_len(offset_delta)
-            + bytes_len(record.key)
-            + bytes_len(record.value)
-            + varint_len(record.headers.len() as i32)
-            + record
-                .headers
-                .iter()
-                .map(|h| bytes_len(Some(h.key)) + bytes_len(h.value))
-                .sum::<usize>()
+        record_body_bytes(record, self.timestamp_delta(record), offset_delta)
     }
 
     pub fn push(&mut self, record: &Record<'_>) {
@@ -674,17 +661,13 @@ impl BatchBuilder {
         let body = self.record_body_bytes(record, offset_delta);
         let timestamp_delta = self.timestamp_delta(record);
         let before = self.records.len();
-        put_varint(&mut self.records, body as i32);
-        self.records.push(0);
-        put_varlong(&mut self.records, timestamp_delta);
-        put_varint(&mut self.records, offset_delta);
-        put_nullable(&mut self.records, record.key);
-        put_nullable(&mut self.records, record.value);
-        put_varint(&mut self.records, record.headers.len() as i32);
-        for h in record.headers {
-            put_nullable(&mut self.records, Some(h.key));
-            put_nullable(&mut self.records, h.value);
-        }
+        put_record(
+            &mut self.records,
+            body,
+            timestamp_delta,
+            offset_delta,
+            record,
+        );
         debug_assert_eq!(self.records.len() - before, varint_len(body as i32) + body);
         self.max_timestamp_ms = self.max_timestamp_ms.max(record.timestamp_ms);
         self.record_count += 1;
@@ -740,6 +723,115 @@ impl BatchBuilder {
         out[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
         Ok(out)
     }
+}
+
+/// Encodes one record whose body (everything after the length) is `body` bytes.
+fn put_record(
+    out: &mut Vec<u8>,
+    body: usize,
+    timestamp_delta: i64,
+    offset_delta: i32,
+    record: &Record<'_>,
+) {
+    put_varint(out, body as i32);
+    out.push(0);
+    put_varlong(out, timestamp_delta);
+    put_varint(out, offset_delta);
+    put_nullable(out, record.key);
+    put_nullable(out, record.value);
+    put_varint(out, record.headers.len() as i32);
+    for h in record.headers {
+        put_nullable(out, Some(h.key));
+        put_nullable(out, h.value);
+    }
+}
+
+fn record_body_bytes(record: &Record<'_>, timestamp_delta: i64, offset_delta: i32) -> usize {
+    let bytes_len = |b: Option<&[u8]>| match b {
+        None => varint_len(-1),
+        Some(b) => varint_len(b.len() as i32) + b.len(),
+    };
+    1 + varlong_len(timestamp_delta)
+        + varint_len(offset_delta)
+        + bytes_len(record.key)
+        + bytes_len(record.value)
+        + varint_len(record.headers.len() as i32)
+        + record
+            .headers
+            .iter()
+            .map(|h| bytes_len(Some(h.key)) + bytes_len(h.value))
+            .sum::<usize>()
+}
+
+/// What `retain_records` made of a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Retained {
+    /// Every record was kept: the batch stays byte for byte as it is.
+    All,
+    /// The batch rewritten with the kept records only (possibly none).
+    Rewritten(Vec<u8>),
+}
+
+/// Rewrites a stored batch keeping only the records `keep` selects, for
+/// compaction. Everything that identifies the batch stays: base offset, leader
+/// epoch, attributes (codec, transactional, control), last offset delta (so
+/// the batch still spans the same offsets), base and max timestamps, producer
+/// id, epoch and base sequence. Kept records keep their offset and timestamp
+/// deltas; the record count and CRC are recomputed. A batch that keeps no
+/// record is still a valid batch (record count 0) covering its offsets; the
+/// caller decides whether to store it.
+pub fn retain_records(
+    batch: &RecordBatch<'_>,
+    decompressed_bytes_max: usize,
+    zstd_level: i32,
+    mut keep: impl FnMut(&RecordRef<'_>) -> bool,
+) -> Result<Retained, BatchError> {
+    let header = *batch.header();
+    let section = batch.records_section(decompressed_bytes_max)?;
+    let mut records = Vec::with_capacity(section.len_bytes());
+    let mut kept = 0i32;
+    for record in section.iter() {
+        let record = record?;
+        if !keep(&record) {
+            continue;
+        }
+        let timestamp_delta = record.timestamp_ms.wrapping_sub(header.base_timestamp_ms);
+        let offset_delta = i32::try_from(record.offset.0 - header.base_offset.0)
+            .expect("a decoded record's offset delta fits i32");
+        let as_record = Record {
+            timestamp_ms: record.timestamp_ms,
+            key: record.key,
+            value: record.value,
+            headers: &record.headers,
+        };
+        let body = record_body_bytes(&as_record, timestamp_delta, offset_delta);
+        put_record(
+            &mut records,
+            body,
+            timestamp_delta,
+            offset_delta,
+            &as_record,
+        );
+        kept += 1;
+    }
+    if kept == header.record_count {
+        return Ok(Retained::All);
+    }
+    let section_bytes = match header.compression() {
+        Compression::None => records,
+        Compression::Zstd => zstd::bulk::compress(&records, zstd_level)
+            .map_err(|e| BatchError::Compression(e.to_string()))?,
+    };
+    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + section_bytes.len());
+    out.extend_from_slice(&batch.as_bytes()[..BATCH_HEADER_BYTES]);
+    out.extend_from_slice(&section_bytes);
+    let batch_length = i32::try_from(out.len() - LOG_OVERHEAD_BYTES)
+        .map_err(|_| BatchError::Compression("batch over 2 GiB".into()))?;
+    out[field::BATCH_LENGTH..field::BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
+    out[field::RECORD_COUNT..field::RECORD_COUNT + 4].copy_from_slice(&kept.to_be_bytes());
+    let crc = compute_crc(&out);
+    out[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(Retained::Rewritten(out))
 }
 
 fn put_nullable(out: &mut Vec<u8>, bytes: Option<&[u8]>) {

@@ -50,6 +50,57 @@ impl std::str::FromStr for FlushPolicy {
     }
 }
 
+/// What happens to old records (Kafka's `cleanup.policy`): delete whole old
+/// segments by time and size, keep the latest record per key, or both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    pub delete: bool,
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    pub const DELETE: CleanupPolicy = CleanupPolicy {
+        delete: true,
+        compact: false,
+    };
+    pub const COMPACT: CleanupPolicy = CleanupPolicy {
+        delete: false,
+        compact: true,
+    };
+}
+
+impl fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.compact, self.delete) {
+            (true, true) => write!(f, "compact,delete"),
+            (true, false) => write!(f, "compact"),
+            _ => write!(f, "delete"),
+        }
+    }
+}
+
+impl std::str::FromStr for CleanupPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CleanupPolicy, String> {
+        let mut policy = CleanupPolicy {
+            delete: false,
+            compact: false,
+        };
+        for part in s.split(',').map(str::trim) {
+            match part {
+                "delete" => policy.delete = true,
+                "compact" => policy.compact = true,
+                other => {
+                    return Err(format!(
+                        "cleanup policy {other:?} is not delete, compact or compact,delete"
+                    ))
+                }
+            }
+        }
+        Ok(policy)
+    }
+}
+
 /// Settings of one partition log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogConfig {
@@ -76,6 +127,22 @@ pub struct LogConfig {
     pub write_chunk_bytes: usize,
     /// Appended bytes allowed in memory before appends wait for writes. Default 16 MiB.
     pub unwritten_bytes_max: usize,
+    /// Delete old segments, compact, or both. Default delete. Time and size
+    /// retention apply only with `delete`.
+    pub cleanup_policy: CleanupPolicy,
+    /// Compact once the dirty part (written since the last pass) is at least
+    /// this share of the cleanable log, in thousandths. Default 500 (0.5).
+    pub min_cleanable_dirty_ratio_permille: u32,
+    /// A record stays uncompacted at least this long after its timestamp.
+    /// Default 0.
+    pub min_compaction_lag_ms: i64,
+    /// A closed segment whose newest record is this old is compacted whatever
+    /// the dirty ratio. Default `i64::MAX` (never forced).
+    pub max_compaction_lag_ms: i64,
+    /// A tombstone that compaction already kept once is dropped when its
+    /// timestamp is this old, so consumers have this long to see the delete.
+    /// Default 1 day.
+    pub delete_retention_ms: i64,
 }
 
 /// Segment positions are u32 in the index, with headroom for the batch that crosses.
@@ -99,6 +166,11 @@ impl Default for LogConfig {
             decompressed_bytes_max: 64 << 20,
             write_chunk_bytes: 1 << 20,
             unwritten_bytes_max: 16 << 20,
+            cleanup_policy: CleanupPolicy::DELETE,
+            min_cleanable_dirty_ratio_permille: 500,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 24 * 3600 * 1000,
         }
     }
 }
@@ -151,6 +223,27 @@ impl LogConfig {
             return bad(
                 "unwritten_bytes_max",
                 "must hold at least one chunk plus one batch".into(),
+            );
+        }
+        if !self.cleanup_policy.delete && !self.cleanup_policy.compact {
+            return bad("cleanup_policy", "must delete, compact or both".into());
+        }
+        if self.min_cleanable_dirty_ratio_permille > 1000 {
+            return bad("min_cleanable_dirty_ratio", "must be within 0..=1".into());
+        }
+        for (field, ms) in [
+            ("min_compaction_lag_ms", self.min_compaction_lag_ms),
+            ("max_compaction_lag_ms", self.max_compaction_lag_ms),
+            ("delete_retention_ms", self.delete_retention_ms),
+        ] {
+            if ms < 0 {
+                return bad(field, "must not be negative".into());
+            }
+        }
+        if self.max_compaction_lag_ms < self.min_compaction_lag_ms {
+            return bad(
+                "max_compaction_lag_ms",
+                "must be at least min_compaction_lag_ms".into(),
             );
         }
         if matches!(self.flush_policy, FlushPolicy::IntervalMs(0)) {

@@ -3,6 +3,7 @@
 //! It never touches the network and runs on one executor without locks.
 
 mod checkpoint;
+pub mod compaction;
 pub mod config;
 pub mod error;
 pub mod index;
@@ -11,10 +12,14 @@ pub mod policy;
 mod recovery;
 pub mod scan;
 pub mod segment;
+mod swap;
 mod tail;
 pub mod verify;
 
 pub use checkpoint::{create_dir_durably, record_dir_syncs, write_atomically};
-pub use config::{FlushPolicy, LogConfig, LogConfigError};
+pub use config::{CleanupPolicy, FlushPolicy, LogConfig, LogConfigError};
 pub use error::{LogError, LogResult};
-pub use partition_log::{AppendInfo, FetchedBatches, LogStats, PartitionLog};
+pub use partition_log::{
+    AppendInfo, CleanReport, CleanRequest, FetchedBatches, LogStats, PartitionLog,
+};
+pub use swap::SwapStep;

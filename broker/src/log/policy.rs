@@ -53,6 +53,9 @@ pub fn segments_to_delete(
     end_limit: Offset,
     now_ms: i64,
 ) -> usize {
+    if !config.cleanup_policy.delete {
+        return 0;
+    }
     let mut total_bytes: u64 = segments.iter().map(|s| s.size_bytes).sum();
     let mut count = 0;
     for segment in segments {

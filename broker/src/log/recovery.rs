@@ -35,6 +35,7 @@ pub(super) struct Rebuilt {
 }
 
 pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogResult<Recovered> {
+    super::swap::recover_swaps(dir).await?;
     let bases = list_segments(dir)?;
     let clean = checkpoint::take_clean_shutdown(dir).map_err(|e| LogError::io(dir, e))?;
     let recovery_point = checkpoint::read_recovery_point(dir).map_err(|e| LogError::io(dir, e))?;

@@ -57,7 +57,7 @@ pub struct SegmentScanner {
 
 impl SegmentScanner {
     /// Scans `file` (valid bytes [position, file_bytes)) expecting the first batch
-    /// at `expected_base` when given.
+    /// at or after `expected_base` when given.
     pub fn new(
         file: DirectFile,
         file_bytes: u64,
@@ -177,9 +177,11 @@ impl SegmentScanner {
     /// Checks the fields the CRC does not cover: base offset and leader epoch.
     fn check_continuity(&self, header: &BatchHeader) -> Result<(), ScanError> {
         if let Some(expected) = self.expected_base {
-            if header.base_offset != expected {
+            // Compaction may drop whole batches: a batch starts at or after
+            // where the previous one ended, never before.
+            if header.base_offset < expected {
                 return Err(self.corrupt(format!(
-                    "base offset {} where {} was expected",
+                    "base offset {} below the {} where the previous batch ended",
                     header.base_offset, expected
                 )));
             }
@@ -189,9 +191,6 @@ impl SegmentScanner {
                 "leader epoch {} below the preceding {}",
                 header.partition_leader_epoch, self.latest_epoch
             )));
-        }
-        if header.record_count == 0 {
-            return Err(self.corrupt("stored batch holds no records"));
         }
         Ok(())
     }

@@ -94,6 +94,48 @@ proptest! {
     }
 
     #[test]
+    fn retained_records_keep_their_offsets_and_the_batch_its_identity(
+        records in proptest::collection::vec(record_strategy(), 1..20),
+        keep_mask in proptest::collection::vec(any::<bool>(), 20),
+        zstd in any::<bool>(),
+        base in 0i64..1_000_000,
+    ) {
+        let compression = if zstd { Compression::Zstd } else { Compression::None };
+        let mut bytes = build(&records, compression);
+        stamp(&mut bytes, Offset(base), LeaderEpoch(3));
+        let batch = RecordBatch::parse(&bytes, SIZE_MAX).unwrap();
+        let retained = retain_records(&batch, SIZE_MAX, 1, |r| keep_mask[(r.offset.0 - base) as usize]).unwrap();
+        let kept: Vec<usize> = (0..records.len()).filter(|&i| keep_mask[i]).collect();
+        let rewritten = match retained {
+            Retained::All => {
+                prop_assert_eq!(kept.len(), records.len());
+                return Ok(());
+            }
+            Retained::Rewritten(rewritten) => rewritten,
+        };
+        prop_assert!(kept.len() < records.len());
+        let out = RecordBatch::parse(&rewritten, SIZE_MAX).expect("a rewritten batch is valid");
+        let (h, o) = (batch.header(), out.header());
+        prop_assert_eq!(o.base_offset, h.base_offset);
+        prop_assert_eq!(o.next_offset(), h.next_offset());
+        prop_assert_eq!(o.partition_leader_epoch, h.partition_leader_epoch);
+        prop_assert_eq!(o.compression(), h.compression());
+        prop_assert_eq!((o.producer_id, o.producer_epoch, o.base_sequence), (h.producer_id, h.producer_epoch, h.base_sequence));
+        prop_assert_eq!((o.base_timestamp_ms, o.max_timestamp_ms), (h.base_timestamp_ms, h.max_timestamp_ms));
+        prop_assert_eq!(o.record_count as usize, kept.len());
+        let section = out.records_section(SIZE_MAX).unwrap();
+        let decoded: Vec<_> = section.iter().collect::<Result<_, _>>().unwrap();
+        prop_assert_eq!(decoded.len(), kept.len());
+        for (d, &i) in decoded.iter().zip(&kept) {
+            prop_assert_eq!(d.offset, Offset(base + i as i64));
+            prop_assert_eq!(d.timestamp_ms, records[i].timestamp_ms);
+            prop_assert_eq!(d.key, records[i].key.as_deref());
+            prop_assert_eq!(d.value, records[i].value.as_deref());
+            prop_assert_eq!(d.headers.len(), records[i].headers.len());
+        }
+    }
+
+    #[test]
     fn any_flipped_byte_under_the_crc_is_detected(
         records in proptest::collection::vec(record_strategy(), 1..5),
         position_seed in any::<usize>(),

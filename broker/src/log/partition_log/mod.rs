@@ -28,6 +28,10 @@ use super::tail::Tail;
 use crate::clock::Clock;
 use crate::runtime::{self, DirectFile, SerialGate, Watermark};
 
+mod compact;
+
+pub use compact::{CleanReport, CleanRequest};
+
 /// How often, at most, the recovery point is persisted outside rolls and close.
 pub const RECOVERY_POINT_CHECKPOINT_MS: i64 = 10_000;
 
@@ -69,6 +73,10 @@ struct LogState {
     last_sync_ms: i64,
     closed: bool,
     stats: LogStats,
+    /// Compaction covered every key below this offset: what lies past it is
+    /// the dirty part. Kept in memory only; after a restart the whole log
+    /// counts as dirty once.
+    cleaned_to: Offset,
 }
 
 /// Counters of the log's disk work, for metrics and tests.
@@ -174,6 +182,7 @@ impl PartitionLog {
                 last_sync_ms: 0,
                 closed: false,
                 stats: LogStats::default(),
+                cleaned_to: Offset::ZERO,
             }),
             io_gate: SerialGate::new(),
             written: Watermark::new(log_end.0),
@@ -229,6 +238,11 @@ impl PartitionLog {
             FlushPolicy::Always => self.durable_offset(),
             FlushPolicy::IntervalMs(_) | FlushPolicy::None => self.written_offset(),
         }
+    }
+
+    /// Compaction covered every key below this offset (in this process).
+    pub fn cleaned_to(&self) -> Offset {
+        self.state.borrow().cleaned_to
     }
 
     pub fn recovery_point(&self) -> Offset {
@@ -367,7 +381,9 @@ impl PartitionLog {
         still_valid: Option<&dyn Fn() -> bool>,
     ) -> LogResult<AppendInfo> {
         let header = *RecordBatch::parse(batch, self.config.batch_bytes_max)?.header();
-        header.check_producer_batch()?;
+        if let Stamp::Leader(_) = stamp {
+            header.check_producer_batch()?;
+        }
         while self.state.borrow().unwritten_bytes() + batch.len() > self.config.unwritten_bytes_max
         {
             let _gate = self.io_gate.enter().await;
@@ -397,7 +413,13 @@ impl PartitionLog {
                 latest: state.latest_epoch,
             });
         }
-        if base != log_end {
+        // A replica's batch may start past its log end: the leader's log has a
+        // hole there that compaction left, and offsets never move.
+        let misplaced = match stamp {
+            Stamp::Leader(_) => base != log_end,
+            Stamp::Replica => base < log_end,
+        };
+        if misplaced {
             return Err(LogError::NonContiguousReplica {
                 batch_base: base,
                 log_end,
@@ -1148,7 +1170,9 @@ impl PartitionLog {
         )
         .await?;
         let new_end = rebuilt.segment.next_offset;
-        assert_eq!(new_end, cut.1, "truncation lands on a batch boundary");
+        // The end of the batch before the cut: the cut batch's base, or below
+        // it when compaction left a hole in between.
+        assert!(new_end <= cut.1, "truncation lands on a batch boundary");
         {
             let mut state = self.state.borrow_mut();
             let latest_epoch = rebuilt.segment.latest_epoch;

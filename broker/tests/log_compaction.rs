@@ -1,0 +1,351 @@
+//! Property test: a compacted log against a model of every record ever
+//! written. Random keyed writes with tombstones, clock moves, cleaning passes
+//! with small key maps (so passes cover the dirty part a piece at a time),
+//! crashes at every step of a segment swap, and reopens. After each step the
+//! log read back from disk holds each key's latest value (or nothing once its
+//! tombstone expired), only records of the model at their own offsets, in
+//! strictly increasing offsets, with no record removed that was younger than
+//! the compaction lag or that no later record of its key superseded.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+use broker::clock::{Clock, ManualClock};
+use broker::log::verify::{verify_partition_dir, VerifyOptions};
+use broker::log::{CleanRequest, CleanupPolicy, FlushPolicy, LogConfig, PartitionLog, SwapStep};
+use proptest::prelude::*;
+use protocol::{BatchBuilder, Compression, LeaderEpoch, Offset, Record, RecordBatch};
+use support::*;
+
+const KEYS: u8 = 12;
+const LAG_MS: i64 = 1_000;
+const DELETE_RETENTION_MS: i64 = 5_000;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write {
+        records: Vec<(u8, bool)>,
+        value_bytes: usize,
+        zstd: bool,
+    },
+    AdvanceClockMs(i64),
+    Clean {
+        map_entries: usize,
+        crash_at: Option<SwapStep>,
+    },
+    CloseReopen,
+}
+
+fn swap_step() -> impl Strategy<Value = SwapStep> {
+    prop_oneof![
+        Just(SwapStep::Written),
+        Just(SwapStep::IndexesStaged),
+        Just(SwapStep::Committed),
+        Just(SwapStep::OldPartlyRemoved),
+        Just(SwapStep::OldRemoved),
+        Just(SwapStep::Done),
+    ]
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => (
+            proptest::collection::vec((0..KEYS, proptest::bool::weighted(0.15)), 1..8),
+            20usize..300,
+            any::<bool>(),
+        )
+            .prop_map(|(records, value_bytes, zstd)| Op::Write { records, value_bytes, zstd }),
+        3 => (0i64..3_000).prop_map(Op::AdvanceClockMs),
+        3 => (1usize..16, proptest::option::weighted(0.3, swap_step()))
+            .prop_map(|(map_entries, crash_at)| Op::Clean { map_entries, crash_at }),
+        1 => Just(Op::CloseReopen),
+    ]
+}
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_size_bytes: 4096,
+        index_interval_bytes: 256,
+        write_chunk_bytes: 4096,
+        unwritten_bytes_max: (1 << 20) + 4096,
+        batch_bytes_max: 1 << 20,
+        retention_ms: None,
+        flush_policy: FlushPolicy::None,
+        cleanup_policy: CleanupPolicy::COMPACT,
+        min_cleanable_dirty_ratio_permille: 0,
+        min_compaction_lag_ms: LAG_MS,
+        delete_retention_ms: DELETE_RETENTION_MS,
+        ..LogConfig::default()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Written {
+    key: u8,
+    value: Option<Vec<u8>>,
+    timestamp_ms: i64,
+}
+
+fn keyed_batch(
+    records: &[(u8, bool)],
+    value_bytes: usize,
+    zstd: bool,
+    now_ms: i64,
+    tag: u64,
+) -> (Vec<u8>, Vec<Written>) {
+    let mut builder = BatchBuilder::new(if zstd {
+        Compression::Zstd
+    } else {
+        Compression::None
+    });
+    let mut written = Vec::new();
+    for (i, &(key, tombstone)) in records.iter().enumerate() {
+        let value = (!tombstone).then(|| {
+            let mut v = format!("{tag}:{i}:").into_bytes();
+            v.resize(value_bytes.max(v.len()), b'v');
+            v
+        });
+        let key_bytes = [b'k', key];
+        builder.push(&Record {
+            timestamp_ms: now_ms,
+            key: Some(&key_bytes),
+            value: value.as_deref(),
+            headers: &[],
+        });
+        written.push(Written {
+            key,
+            value,
+            timestamp_ms: now_ms,
+        });
+    }
+    (builder.build().unwrap(), written)
+}
+
+/// Every record the log serves, from its start to its end, in order.
+async fn read_all(log: &PartitionLog) -> Vec<(i64, Written)> {
+    let mut out = Vec::new();
+    let mut next = log.log_start_offset();
+    while next < log.log_end_offset() {
+        let fetched = log
+            .read(next, 8 * 1024, log.log_end_offset())
+            .await
+            .unwrap();
+        assert!(fetched.batch_count > 0, "progress at {next}");
+        let mut rest = &fetched.bytes[..];
+        while !rest.is_empty() {
+            let (batch, used) = RecordBatch::parse_prefix(rest, 1 << 24).unwrap();
+            for record in batch.records_section(1 << 26).unwrap().iter() {
+                let record = record.unwrap();
+                let key = record.key.expect("keyed");
+                out.push((
+                    record.offset.0,
+                    Written {
+                        key: key[1],
+                        value: record.value.map(<[u8]>::to_vec),
+                        timestamp_ms: record.timestamp_ms,
+                    },
+                ));
+            }
+            rest = &rest[used..];
+        }
+        next = fetched.next_offset;
+    }
+    out
+}
+
+/// The log against the model. `removable_before_ms`: no record with a
+/// timestamp at or after it may be gone (the lag at the last pass).
+async fn check(
+    log: &PartitionLog,
+    model: &BTreeMap<i64, Written>,
+    now_ms: i64,
+    removable_before_ms: i64,
+) {
+    log.check_invariants();
+    let read = read_all(log).await;
+    let mut previous = -1;
+    for (offset, record) in &read {
+        assert!(
+            *offset > previous,
+            "offsets strictly increase: {offset} after {previous}"
+        );
+        previous = *offset;
+        assert_eq!(
+            model.get(offset),
+            Some(record),
+            "offset {offset} holds what was written there"
+        );
+    }
+    let present: HashMap<i64, ()> = read.iter().map(|(o, _)| (*o, ())).collect();
+    let mut latest: HashMap<u8, i64> = HashMap::new();
+    for (offset, record) in model {
+        latest.insert(record.key, *offset);
+    }
+    for (offset, record) in model {
+        if present.contains_key(offset) {
+            continue;
+        }
+        assert!(
+            record.timestamp_ms < removable_before_ms,
+            "offset {offset} removed while younger than the compaction lag"
+        );
+        let superseded = latest[&record.key] > *offset;
+        let expired_tombstone =
+            record.value.is_none() && now_ms - record.timestamp_ms > DELETE_RETENTION_MS;
+        assert!(
+            superseded || expired_tombstone,
+            "offset {offset} (key {}) removed though it is the latest value",
+            record.key
+        );
+    }
+    let cleaned_to = log.cleaned_to().0;
+    let mut keys_below = HashMap::new();
+    for (offset, record) in read.iter().filter(|(o, _)| *o < cleaned_to) {
+        if let Some(other) = keys_below.insert(record.key, *offset) {
+            panic!(
+                "key {} at {other} and {offset}, both below the cleaned point {cleaned_to}",
+                record.key
+            );
+        }
+    }
+}
+
+async fn run_ops(ops: Vec<Op>) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Rc::new(ManualClock::new(1_000_000));
+    let mut log = open(dir.path(), config(), &clock).await;
+    let mut model: BTreeMap<i64, Written> = BTreeMap::new();
+    let mut removable_before_ms = i64::MIN;
+    let mut tag = 0u64;
+    for op in ops {
+        match op {
+            Op::Write {
+                records,
+                value_bytes,
+                zstd,
+            } => {
+                tag += 1;
+                let (bytes, written) =
+                    keyed_batch(&records, value_bytes, zstd, clock.now_ms(), tag);
+                let info = log.append(&bytes, LeaderEpoch(1)).await.unwrap();
+                for (i, w) in written.into_iter().enumerate() {
+                    model.insert(info.base_offset.0 + i as i64, w);
+                }
+            }
+            Op::AdvanceClockMs(ms) => clock.advance(ms),
+            Op::Clean {
+                map_entries,
+                crash_at,
+            } => {
+                // Everything appended is on disk, so a crash in the swap
+                // loses only what the swap itself was doing.
+                log.flush().await.unwrap();
+                let request = CleanRequest {
+                    end_limit: log.log_end_offset(),
+                    map_memory_bytes: map_entries * broker::log::compaction::OFFSET_MAP_ENTRY_BYTES,
+                    io_bytes_per_sec_max: 0,
+                    zstd_level: 1,
+                    stop_swap_after: crash_at,
+                };
+                let report = log.clean(&request).await.unwrap();
+                removable_before_ms = removable_before_ms.max(clock.now_ms() - LAG_MS + 1);
+                assert!(!report.abandoned);
+                if crash_at.is_some() {
+                    drop(log);
+                    log = open(dir.path(), config(), &clock).await;
+                }
+            }
+            Op::CloseReopen => {
+                log.close().await.unwrap();
+                drop(log);
+                log = open(dir.path(), config(), &clock).await;
+            }
+        }
+        check(&log, &model, clock.now_ms(), removable_before_ms).await;
+    }
+    log.close().await.unwrap();
+    drop(log);
+    let report = verify_partition_dir(dir.path(), VerifyOptions::default(), &mut std::io::sink())
+        .await
+        .unwrap();
+    assert_eq!(report.first_problem(), None, "verify-log finds no problem");
+    let log = open(dir.path(), config(), &clock).await;
+    check(&log, &model, clock.now_ms(), removable_before_ms).await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(48),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn a_compacted_log_keeps_every_latest_value(ops in proptest::collection::vec(op_strategy(), 1..120)) {
+        run(run_ops(ops));
+    }
+}
+
+/// A deterministic end-to-end pass: many updates per key, then one pass with a
+/// map that holds them all leaves exactly one record per key below the
+/// active segment, and reading from the start (as a consumer that starts after
+/// compaction) sees each key's final value once.
+#[test]
+fn one_pass_leaves_each_keys_final_value() {
+    run(async {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Rc::new(ManualClock::new(1_000_000));
+        let config = LogConfig {
+            min_compaction_lag_ms: 0,
+            ..config()
+        };
+        let log = open(dir.path(), config.clone(), &clock).await;
+        let mut finals = HashMap::new();
+        for round in 0..60u64 {
+            let records: Vec<(u8, bool)> = (0..KEYS).map(|k| (k, false)).collect();
+            let (bytes, _) = keyed_batch(&records, 40, round % 2 == 0, clock.now_ms(), round);
+            let info = log.append(&bytes, LeaderEpoch(1)).await.unwrap();
+            for k in 0..KEYS {
+                finals.insert(k, info.base_offset.0 + i64::from(k));
+            }
+            clock.advance(10);
+        }
+        log.flush().await.unwrap();
+        let size_before = log.size_bytes();
+        let active_base = *log.segment_bases().last().unwrap();
+        let report = log
+            .clean(&CleanRequest {
+                end_limit: log.log_end_offset(),
+                map_memory_bytes: 1 << 20,
+                io_bytes_per_sec_max: 0,
+                zstd_level: 1,
+                stop_swap_after: None,
+            })
+            .await
+            .unwrap();
+        assert!(report.segments_rewritten > 1, "{report:?}");
+        assert!(report.records_removed > 0);
+        assert!(log.size_bytes() < size_before);
+        assert_eq!(log.cleaned_to(), active_base);
+        log.close().await.unwrap();
+        drop(log);
+        let log = open(dir.path(), config, &clock).await;
+        let read = read_all(&log).await;
+        let below: Vec<_> = read.iter().filter(|(o, _)| *o < active_base.0).collect();
+        let mut seen = HashMap::new();
+        for (offset, record) in &below {
+            assert!(
+                seen.insert(record.key, *offset).is_none(),
+                "key {} once",
+                record.key
+            );
+        }
+        // Each key's final value is there, once, whether below or in the active segment.
+        for (key, offset) in &finals {
+            assert!(read.iter().any(|(o, r)| o == offset && r.key == *key));
+        }
+        assert_eq!(log.log_end_offset(), Offset(60 * i64::from(KEYS)));
+        let _ = clock.now_ms();
+    });
+}
