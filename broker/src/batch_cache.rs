@@ -95,6 +95,21 @@ impl BatchCache {
         }
     }
 
+    /// Drops a partition's cached batches that end at or below `end`: the
+    /// log rewrote them (compaction), and readers must get the new ones.
+    pub fn discard_below(&mut self, key: &PartitionKey, end: Offset) {
+        let Some(entries) = self.partitions.get_mut(key) else {
+            return;
+        };
+        while entries.front().is_some_and(|c| c.next <= end) {
+            let gone = entries.pop_front().expect("front exists");
+            self.bytes -= gone.bytes.len();
+        }
+        if entries.is_empty() {
+            self.partitions.remove(key);
+        }
+    }
+
     pub fn remove_partition(&mut self, key: &PartitionKey) {
         if let Some(entries) = self.partitions.remove(key) {
             self.bytes -= entries.iter().map(|c| c.bytes.len()).sum::<usize>();
@@ -221,5 +236,28 @@ mod tests {
             "gap cleared the run"
         );
         assert_eq!(cache.size_bytes(), BATCH_BYTES);
+    }
+
+    /// After compaction rewrote a range, reads of it miss the cache (and go to
+    /// the log) while later batches are still served.
+    #[test]
+    fn discarding_below_an_offset_keeps_the_rest() {
+        let mut cache = BatchCache::new(10 * BATCH_BYTES);
+        for i in 0..4i64 {
+            cache.insert(
+                &key(),
+                Offset(i * 2),
+                Offset(i * 2 + 2),
+                LeaderEpoch(1),
+                batch(i as u8),
+            );
+        }
+        cache.discard_below(&key(), Offset(5));
+        assert!(cache.read(&key(), Offset(0), 1 << 20, Offset(8)).is_none());
+        assert!(cache.read(&key(), Offset(3), 1 << 20, Offset(8)).is_none());
+        assert!(cache.read(&key(), Offset(4), 1 << 20, Offset(8)).is_some());
+        assert_eq!(cache.size_bytes(), 2 * BATCH_BYTES);
+        cache.discard_below(&key(), Offset(100));
+        assert_eq!(cache.size_bytes(), 0);
     }
 }

@@ -13,7 +13,7 @@ use protocol::control::records::{PartitionRecord, TopicRecord};
 use protocol::ErrorCode;
 use protocol::{BrokerId, MetadataVersion, TopicId};
 
-use crate::log::{FlushPolicy, LogConfig};
+use crate::log::{CleanupPolicy, FlushPolicy, LogConfig};
 
 /// Longest topic name: it becomes a directory name with a partition suffix.
 pub const TOPIC_NAME_BYTES_MAX: usize = 200;
@@ -260,6 +260,14 @@ pub fn validate_name(name: &str) -> Result<(), AdminError> {
     }
 }
 
+/// A ratio such as `0.5` in thousandths, rounded down; `None` outside 0..=1.
+fn parse_ratio_permille(text: &str) -> Option<u32> {
+    let ratio: f64 = text.trim().parse().ok()?;
+    (0.0..=1.0)
+        .contains(&ratio)
+        .then(|| (ratio * 1000.0).floor() as u32)
+}
+
 /// The log settings of a topic: broker defaults overridden by the topic's
 /// configs. Keys follow Kafka's names.
 pub fn topic_log_config(
@@ -282,6 +290,16 @@ pub fn topic_log_config(
             "flush.policy" => {
                 config.flush_policy = value.parse::<FlushPolicy>().map_err(|e| invalid(&e))?
             }
+            "cleanup.policy" => {
+                config.cleanup_policy = value.parse::<CleanupPolicy>().map_err(|e| invalid(&e))?
+            }
+            "min.cleanable.dirty.ratio" => {
+                config.min_cleanable_dirty_ratio_permille = parse_ratio_permille(value)
+                    .ok_or_else(|| invalid("expected a number within 0..=1"))?
+            }
+            "min.compaction.lag.ms" => config.min_compaction_lag_ms = number()?,
+            "max.compaction.lag.ms" => config.max_compaction_lag_ms = number()?,
+            "delete.retention.ms" => config.delete_retention_ms = number()?,
             // Read by the controller, not the log.
             protocol::control::records::UNCLEAN_LEADER_ELECTION_ENABLE => match value.as_str() {
                 "true" | "false" => {}
@@ -518,5 +536,45 @@ mod tests {
         let config = topic_log_config(&LogConfig::default(), &configs).unwrap();
         assert_eq!(config.flush_policy, FlushPolicy::None);
         assert_eq!(config.retention_bytes, Some(1_000_000));
+    }
+
+    #[test]
+    fn compaction_configs_parse_and_are_bounded() {
+        let configs: BTreeMap<String, String> = [
+            ("cleanup.policy", "compact,delete"),
+            ("min.cleanable.dirty.ratio", "0.25"),
+            ("min.compaction.lag.ms", "1000"),
+            ("max.compaction.lag.ms", "60000"),
+            ("delete.retention.ms", "5000"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let config = topic_log_config(&LogConfig::default(), &configs).unwrap();
+        assert_eq!(
+            config.cleanup_policy,
+            CleanupPolicy {
+                delete: true,
+                compact: true
+            }
+        );
+        assert_eq!(config.min_cleanable_dirty_ratio_permille, 250);
+        assert_eq!(
+            (config.min_compaction_lag_ms, config.max_compaction_lag_ms),
+            (1000, 60000)
+        );
+        assert_eq!(config.delete_retention_ms, 5000);
+        for (key, value) in [
+            ("cleanup.policy", "shred"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("min.compaction.lag.ms", "-1"),
+            ("delete.retention.ms", "soon"),
+            ("max.compaction.lag.ms", "10"),
+        ] {
+            let mut bad = configs.clone();
+            bad.insert(key.to_string(), value.to_string());
+            let error = topic_log_config(&LogConfig::default(), &bad).unwrap_err();
+            assert_eq!(error.code, ErrorCode::InvalidConfig, "{key}={value}");
+        }
     }
 }

@@ -67,6 +67,44 @@ pub struct BrokerConfig {
     pub embedded_controller_listen: SocketAddr,
     /// Log settings for topics that do not override them.
     pub log: LogConfig,
+    /// What each shard's log cleaner (compaction) may use.
+    pub cleaner: CleanerConfig,
+}
+
+/// Bounds of each shard's log cleaner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CleanerConfig {
+    /// Memory for one pass's key map (about 40 bytes per distinct key); a
+    /// pass covers as many keys as fit and the next goes on. Default 32 MiB,
+    /// within `CLEANER_MEMORY_BYTES_MIN..=CLEANER_MEMORY_BYTES_MAX`.
+    pub memory_bytes: usize,
+    /// Bytes read plus written per second by one shard's cleaner; 0 for no
+    /// bound. Default 64 MiB/s.
+    pub io_bytes_per_sec_max: u64,
+    /// Pause between two rounds over the shard's compacted partitions.
+    /// Default 15 s.
+    pub backoff_ms: u64,
+}
+
+pub const CLEANER_MEMORY_BYTES_MIN: usize = 64 << 10;
+pub const CLEANER_MEMORY_BYTES_MAX: usize = 16 << 30;
+
+impl Default for CleanerConfig {
+    fn default() -> CleanerConfig {
+        CleanerConfig {
+            memory_bytes: 32 << 20,
+            io_bytes_per_sec_max: 64 << 20,
+            backoff_ms: 15_000,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileCleanerConfig {
+    pub memory_bytes: Option<usize>,
+    pub io_bytes_per_sec_max: Option<u64>,
+    pub backoff_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -108,6 +146,7 @@ pub struct FileConfig {
     pub embedded_controller_listen: Option<String>,
     pub replica_lag_time_max_ms: Option<u64>,
     pub log: Option<FileLogConfig>,
+    pub cleaner: Option<FileCleanerConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -164,6 +203,7 @@ impl FileConfig {
                 .replica_lag_time_max_ms
                 .or(self.replica_lag_time_max_ms),
             log: overrides.log.or(self.log),
+            cleaner: overrides.cleaner.or(self.cleaner),
         }
     }
 }
@@ -273,12 +313,24 @@ impl BrokerConfig {
             embedded_controller_listen,
             replica_lag_time_max_ms: file.replica_lag_time_max_ms.unwrap_or(10_000),
             log: log_config(file.log.unwrap_or_default())?,
+            cleaner: cleaner_config(file.cleaner.unwrap_or_default()),
         };
         config.validate()?;
         Ok(config)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if !(CLEANER_MEMORY_BYTES_MIN..=CLEANER_MEMORY_BYTES_MAX)
+            .contains(&self.cleaner.memory_bytes)
+        {
+            return bad(
+                "cleaner.memory_bytes",
+                format!("must be within {CLEANER_MEMORY_BYTES_MIN}..={CLEANER_MEMORY_BYTES_MAX}"),
+            );
+        }
+        if self.cleaner.backoff_ms == 0 {
+            return bad("cleaner.backoff_ms", "must be positive");
+        }
         if self.frame_size_bytes_max < 1024 || self.frame_size_bytes_max > 1 << 30 {
             return bad("frame_size_bytes_max", "must be within 1 KiB..=1 GiB");
         }
@@ -329,6 +381,17 @@ fn parse_controllers(text: Option<&str>) -> Result<Vec<String>, ConfigError> {
         out.push(endpoint.to_owned());
     }
     Ok(out)
+}
+
+fn cleaner_config(file: FileCleanerConfig) -> CleanerConfig {
+    let defaults = CleanerConfig::default();
+    CleanerConfig {
+        memory_bytes: file.memory_bytes.unwrap_or(defaults.memory_bytes),
+        io_bytes_per_sec_max: file
+            .io_bytes_per_sec_max
+            .unwrap_or(defaults.io_bytes_per_sec_max),
+        backoff_ms: file.backoff_ms.unwrap_or(defaults.backoff_ms),
+    }
 }
 
 fn log_config(file: FileLogConfig) -> Result<LogConfig, ConfigError> {

@@ -36,6 +36,20 @@ pub struct ShardMetrics {
     bad_frames: Cell<u64>,
     storage_errors: Cell<u64>,
     fetch_waiters: std::rc::Rc<Cell<u64>>,
+    cleaner_passes: Cell<u64>,
+    cleaner_bytes_read: Cell<u64>,
+    cleaner_bytes_written: Cell<u64>,
+    cleaner_records_removed: Cell<u64>,
+    cleaner_errors: Cell<u64>,
+}
+
+/// A compacted partition's cleaning state, for the metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct CleanerGauges {
+    pub dirty_ratio_permille: u32,
+    /// Seconds since the last pass; `None` before the first.
+    pub since_last_pass_seconds: Option<f64>,
+    pub uncleanable: bool,
 }
 
 /// Counts one waiting fetch long poll while it lives.
@@ -113,12 +127,26 @@ impl ShardMetrics {
         self.storage_errors.set(self.storage_errors.get() + 1);
     }
 
+    /// One compaction pass that ran.
+    pub fn on_clean(&self, report: &crate::log::CleanReport) {
+        let add = |cell: &Cell<u64>, n: u64| cell.set(cell.get() + n);
+        add(&self.cleaner_passes, 1);
+        add(&self.cleaner_bytes_read, report.bytes_read);
+        add(&self.cleaner_bytes_written, report.bytes_written);
+        add(&self.cleaner_records_removed, report.records_removed);
+    }
+
+    pub fn on_cleaner_error(&self) {
+        self.cleaner_errors.set(self.cleaner_errors.get() + 1);
+    }
+
     /// This shard's metrics in Prometheus text format (without HELP/TYPE
     /// headers, which the endpoint writes once for all shards).
     pub fn render(
         &self,
         shard: usize,
         log_end_offsets: &BTreeMap<PartitionKey, i64>,
+        cleaning: &BTreeMap<PartitionKey, CleanerGauges>,
         cache_bytes: usize,
     ) -> String {
         let mut out = String::new();
@@ -163,6 +191,20 @@ impl ShardMetrics {
             ("ringlog_storage_errors_total", self.storage_errors.get()),
             ("ringlog_batch_cache_bytes", cache_bytes as u64),
             ("ringlog_fetch_waiters", self.fetch_waiters.get()),
+            ("ringlog_cleaner_passes_total", self.cleaner_passes.get()),
+            (
+                "ringlog_cleaner_read_bytes_total",
+                self.cleaner_bytes_read.get(),
+            ),
+            (
+                "ringlog_cleaner_written_bytes_total",
+                self.cleaner_bytes_written.get(),
+            ),
+            (
+                "ringlog_cleaner_removed_records_total",
+                self.cleaner_records_removed.get(),
+            ),
+            ("ringlog_cleaner_errors_total", self.cleaner_errors.get()),
         ];
         for (name, value) in counters {
             let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {value}");
@@ -172,6 +214,28 @@ impl ShardMetrics {
                 out,
                 "ringlog_log_end_offset{{shard=\"{shard}\",topic=\"{}\",partition=\"{}\"}} {end}",
                 key.topic, key.partition
+            );
+        }
+        for (key, gauges) in cleaning {
+            let labels = format!(
+                "shard=\"{shard}\",topic=\"{}\",partition=\"{}\"",
+                key.topic, key.partition
+            );
+            let _ = writeln!(
+                out,
+                "ringlog_cleaner_dirty_ratio{{{labels}}} {}",
+                f64::from(gauges.dirty_ratio_permille) / 1000.0
+            );
+            if let Some(seconds) = gauges.since_last_pass_seconds {
+                let _ = writeln!(
+                    out,
+                    "ringlog_cleaner_seconds_since_last_pass{{{labels}}} {seconds}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "ringlog_cleaner_uncleanable{{{labels}}} {}",
+                u8::from(gauges.uncleanable)
             );
         }
         out

@@ -182,6 +182,9 @@ async fn run_shard(
         ),
         runtime::spawn_in(TaskClass::Background, shard.clone().run_maintenance()),
     ]);
+    // Cancelled rather than awaited at stop: a pass may take long, and one
+    // cut short leaves only files that the next open removes or finishes.
+    let cleaner = runtime::spawn_in(TaskClass::Cleaner, shard.clone().run_cleaner());
     if shard_id == METADATA_SHARD {
         let admin = Listener::bind(config.admin_listen)
             .map_err(|e| fail(format!("binding {}: {e}", config.admin_listen)))?;
@@ -206,6 +209,7 @@ async fn run_shard(
     for link in links {
         link.cancel().await;
     }
+    cleaner.cancel().await;
     for task in tasks {
         task.await;
     }

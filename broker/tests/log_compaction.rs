@@ -349,3 +349,47 @@ fn one_pass_leaves_each_keys_final_value() {
         let _ = clock.now_ms();
     });
 }
+
+#[test]
+fn a_compacted_log_refuses_records_without_a_key() {
+    run(async {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Rc::new(ManualClock::new(1_000_000));
+        let log = open(dir.path(), config(), &clock).await;
+        let mut builder = BatchBuilder::new(Compression::Zstd);
+        for key in [Some(&b"a"[..]), None] {
+            builder.push(&Record {
+                timestamp_ms: 1,
+                key,
+                value: Some(b"v"),
+                headers: &[],
+            });
+        }
+        let error = log
+            .append(&builder.build().unwrap(), LeaderEpoch(1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, broker::log::LogError::InvalidRecord(why) if why.contains("key")),
+            "{error}"
+        );
+        assert_eq!(log.log_end_offset(), Offset::ZERO, "nothing appended");
+        let delete_only = open(
+            tempfile::tempdir().unwrap().path(),
+            LogConfig::default(),
+            &clock,
+        )
+        .await;
+        let mut builder = BatchBuilder::new(Compression::None);
+        builder.push(&Record {
+            timestamp_ms: 1,
+            key: None,
+            value: Some(b"v"),
+            headers: &[],
+        });
+        delete_only
+            .append(&builder.build().unwrap(), LeaderEpoch(1))
+            .await
+            .unwrap();
+    });
+}

@@ -31,10 +31,13 @@ pub enum ErrorCode {
     /// acks=all: the records reached every in-sync replica, but the ISR had
     /// shrunk below `min.insync.replicas` by then; not acknowledged.
     NotEnoughReplicasAfterAppend = 22,
+    /// A record the topic cannot take, such as one without a key on a
+    /// compacted topic; the message names the reason.
+    InvalidRecord = 23,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 23] = [
+    const ALL: [ErrorCode; 24] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -58,6 +61,7 @@ impl ErrorCode {
         ErrorCode::PolicyViolation,
         ErrorCode::NotController,
         ErrorCode::NotEnoughReplicasAfterAppend,
+        ErrorCode::InvalidRecord,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -116,6 +120,7 @@ impl ErrorCode {
             ErrorCode::PolicyViolation => "POLICY_VIOLATION",
             ErrorCode::NotController => "NOT_CONTROLLER",
             ErrorCode::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+            ErrorCode::InvalidRecord => "INVALID_RECORD",
         }
     }
 }

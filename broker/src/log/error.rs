@@ -23,6 +23,10 @@ pub enum LogError {
         epoch: LeaderEpoch,
         latest: LeaderEpoch,
     },
+    /// A record this log refuses, for example one without a key on a
+    /// compacted topic.
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
     #[error("replicated batch starts at offset {batch_base} but the log ends at {log_end}")]
     NonContiguousReplica { batch_base: Offset, log_end: Offset },
     #[error("I/O error on {path}: {source}")]

@@ -51,6 +51,32 @@ pub enum SwapStep {
     Done,
 }
 
+impl SwapStep {
+    pub const ALL: [SwapStep; 6] = [
+        SwapStep::Written,
+        SwapStep::IndexesStaged,
+        SwapStep::Committed,
+        SwapStep::OldPartlyRemoved,
+        SwapStep::OldRemoved,
+        SwapStep::Done,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SwapStep::Written => "written",
+            SwapStep::IndexesStaged => "indexes-staged",
+            SwapStep::Committed => "committed",
+            SwapStep::OldPartlyRemoved => "old-partly-removed",
+            SwapStep::OldRemoved => "old-removed",
+            SwapStep::Done => "done",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<SwapStep> {
+        SwapStep::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
 /// Commits and finishes the swap of `replaced` (bases, oldest first; the first
 /// is `base`) by the cleaned segment `base`. Blocking: run it on the runtime's
 /// blocking thread. `stop_after` ends it early, as a crash would, for tests.

@@ -29,6 +29,18 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 # TYPE ringlog_batch_cache_bytes gauge
 # HELP ringlog_log_end_offset Log end offset of each partition replica.
 # TYPE ringlog_log_end_offset gauge
+# HELP ringlog_cleaner_passes_total Compaction passes run.
+# TYPE ringlog_cleaner_passes_total counter
+# TYPE ringlog_cleaner_read_bytes_total counter
+# TYPE ringlog_cleaner_written_bytes_total counter
+# TYPE ringlog_cleaner_removed_records_total counter
+# HELP ringlog_cleaner_errors_total Compaction passes that failed (the partition is then uncleanable).
+# TYPE ringlog_cleaner_errors_total counter
+# HELP ringlog_cleaner_dirty_ratio Share of a compacted partition's cleanable log written since its last pass.
+# TYPE ringlog_cleaner_dirty_ratio gauge
+# TYPE ringlog_cleaner_seconds_since_last_pass gauge
+# HELP ringlog_cleaner_uncleanable 1 when a cleaner error stopped compaction of the partition until restart.
+# TYPE ringlog_cleaner_uncleanable gauge
 ";
 
 pub async fn serve_admin(shard: Rc<Shard>, listener: Listener) {

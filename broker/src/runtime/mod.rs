@@ -56,13 +56,16 @@ pub enum TaskClass {
     Replication,
     /// Log maintenance, retention, checkpoints, the admin endpoint.
     Background,
+    /// Log compaction: long passes that must never delay anything else.
+    Cleaner,
 }
 
 impl TaskClass {
-    const ALL: [TaskClass; 3] = [
+    const ALL: [TaskClass; 4] = [
         TaskClass::Requests,
         TaskClass::Replication,
         TaskClass::Background,
+        TaskClass::Cleaner,
     ];
 
     /// Shares of the core when classes compete.
@@ -71,6 +74,7 @@ impl TaskClass {
             TaskClass::Requests => 1_000,
             TaskClass::Replication => 1_000,
             TaskClass::Background => 100,
+            TaskClass::Cleaner => 25,
         }
     }
 
@@ -79,7 +83,7 @@ impl TaskClass {
         match self {
             TaskClass::Requests => glommio::Latency::Matters(Duration::from_millis(1)),
             TaskClass::Replication => glommio::Latency::Matters(Duration::from_millis(5)),
-            TaskClass::Background => glommio::Latency::NotImportant,
+            TaskClass::Background | TaskClass::Cleaner => glommio::Latency::NotImportant,
         }
     }
 
@@ -88,6 +92,7 @@ impl TaskClass {
             TaskClass::Requests => "requests",
             TaskClass::Replication => "replication",
             TaskClass::Background => "background",
+            TaskClass::Cleaner => "cleaner",
         }
     }
 }
@@ -95,7 +100,7 @@ impl TaskClass {
 thread_local! {
     /// The task queues of the executor running on this thread, by its id
     /// (tests run several executors one after another on one thread).
-    static TASK_QUEUES: std::cell::RefCell<Option<(usize, [glommio::TaskQueueHandle; 3])>> =
+    static TASK_QUEUES: std::cell::RefCell<Option<(usize, [glommio::TaskQueueHandle; 4])>> =
         const { std::cell::RefCell::new(None) };
 }
 

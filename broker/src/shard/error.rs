@@ -34,6 +34,7 @@ impl From<LogError> for OpError {
             LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
             LogError::StaleLeaderEpoch { .. } => ErrorCode::StaleLeaderEpoch,
             LogError::NonContiguousReplica { .. } => ErrorCode::InvalidRequest,
+            LogError::InvalidRecord(_) => ErrorCode::InvalidRecord,
             LogError::Io { .. } | LogError::Corrupt { .. } | LogError::Config(_) => {
                 ErrorCode::StorageError
             }

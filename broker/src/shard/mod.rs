@@ -12,10 +12,12 @@
 //! side), `replica` (roles, opening and removing), `reconcile` (metadata to
 //! replicas), `admin` (topic admin on shard 0), `controller_link` (shard 0's
 //! session with the controller), `maintenance` (periodic log work and ISR
-//! checks). The decisions they act on are pure functions in
-//! `crate::replication` and `crate::cluster_view`.
+//! checks), `cleaner` (compaction of compacted topics). The decisions they
+//! act on are pure functions in `crate::replication`, `crate::cluster_view`
+//! and `crate::log::compaction`.
 
 mod admin;
+mod cleaner;
 pub mod controller_link;
 mod error;
 mod fetch;
@@ -315,7 +317,11 @@ impl Shard {
         for (key, replica) in self.replicas.borrow().iter() {
             partitions.insert(key.clone(), replica.log.log_end_offset().0);
         }
-        self.metrics
-            .render(self.id, &partitions, self.cache.borrow().size_bytes())
+        self.metrics.render(
+            self.id,
+            &partitions,
+            &self.cleaner_gauges(),
+            self.cache.borrow().size_bytes(),
+        )
     }
 }

@@ -32,6 +32,18 @@ pub struct Replica {
     pub role_version: Watermark,
     /// Writes the epoch history to `leader-epoch.checkpoint`.
     pub epoch_saver: Rc<EpochSaver>,
+    /// Its log cleaner's record (compacted topics).
+    pub cleaning: RefCell<Cleaning>,
+}
+
+/// When the cleaner last ran over a replica's log, and whether an error
+/// stopped it there.
+#[derive(Clone, Debug, Default)]
+pub struct Cleaning {
+    pub last_pass_ms: Option<i64>,
+    /// Set by a cleaner error; the replica is skipped until the broker
+    /// restarts (or the replica is reopened).
+    pub uncleanable: Option<String>,
 }
 
 /// Saves a replica's epoch history on the runtime's blocking thread, one
@@ -109,6 +121,7 @@ impl Replica {
             core: RefCell::new(ReplicaCore::new(me, role, epochs)),
             role_version: Watermark::new(0),
             epoch_saver: Rc::default(),
+            cleaning: RefCell::default(),
         }
     }
 

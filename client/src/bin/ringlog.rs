@@ -110,6 +110,13 @@ struct ProduceArgs {
     acks: AcksArg,
     #[arg(long, value_enum, default_value = "none")]
     compression: CompressionArg,
+    /// Send every line as a tombstone: the line (its key part with
+    /// --key-separator) is the key and the value is null.
+    #[arg(long)]
+    null_value: bool,
+    /// A value exactly equal to this text is sent as null (a tombstone).
+    #[arg(long)]
+    null_marker: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -130,6 +137,10 @@ struct ConsumeArgs {
     /// Template with {partition} {offset} {timestamp} {key} {value}; \n and \t escapes.
     #[arg(long)]
     format: Option<String>,
+    /// How a null key or value (a tombstone) is shown, so it differs from an
+    /// empty one.
+    #[arg(long, default_value = "<null>")]
+    null_text: String,
 }
 
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
@@ -406,11 +417,21 @@ async fn read_and_enqueue(
         } else if line.len() > LINE_BYTES_MAX {
             bail!("line {} is longer than {LINE_BYTES_MAX} bytes", records + 1);
         }
-        let (key, value) = split_key(&line, args.key_separator.as_deref());
+        let (key, value) = if args.null_value {
+            let (key, value) = split_key(&line, args.key_separator.as_deref());
+            (Some(key.unwrap_or(value)), None)
+        } else {
+            let (key, value) = split_key(&line, args.key_separator.as_deref());
+            let tombstone = args
+                .null_marker
+                .as_deref()
+                .is_some_and(|marker| value[..] == *marker.as_bytes());
+            (key, (!tombstone).then_some(value))
+        };
         let record = ProducerRecord {
             topic: args.topic.clone(),
             key,
-            value: Some(value),
+            value,
             ..ProducerRecord::default()
         };
         let delivery = producer
@@ -462,7 +483,7 @@ async fn consume(cluster: Cluster, args: ConsumeArgs) -> anyhow::Result<()> {
         });
         ends = Some(end_offsets);
     }
-    let template = args.format.as_deref().map(Template::parse);
+    let template = Template::parse(args.format.as_deref().unwrap_or("{value}"), &args.null_text);
     let mut out = BufWriter::new(tokio::io::stdout());
     let mut printed = 0u64;
     loop {
@@ -486,10 +507,7 @@ async fn consume(cluster: Cluster, args: ConsumeArgs) -> anyhow::Result<()> {
             if args.count.is_some_and(|count| printed >= count) {
                 break;
             }
-            let line = match &template {
-                Some(template) => template.render(record),
-                None => record.value.as_deref().unwrap_or_default().to_vec(),
-            };
+            let line = template.render(record);
             out.write_all(&line).await?;
             out.write_all(b"\n").await?;
             printed += 1;
@@ -511,6 +529,7 @@ async fn consume(cluster: Cluster, args: ConsumeArgs) -> anyhow::Result<()> {
 #[derive(Debug)]
 struct Template {
     parts: Vec<Part>,
+    null_text: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -524,7 +543,7 @@ enum Part {
 }
 
 impl Template {
-    fn parse(template: &str) -> Template {
+    fn parse(template: &str, null_text: &str) -> Template {
         let template = template.replace("\\n", "\n").replace("\\t", "\t");
         let mut parts = Vec::new();
         let mut rest = template.as_str();
@@ -559,7 +578,10 @@ impl Template {
                 }
             }
         }
-        Template { parts }
+        Template {
+            parts,
+            null_text: null_text.as_bytes().to_vec(),
+        }
     }
 
     fn render(&self, record: &ConsumerRecord) -> Vec<u8> {
@@ -572,8 +594,12 @@ impl Template {
                 Part::Timestamp => {
                     out.extend_from_slice(record.timestamp_ms.to_string().as_bytes())
                 }
-                Part::Key => out.extend_from_slice(record.key.as_deref().unwrap_or_default()),
-                Part::Value => out.extend_from_slice(record.value.as_deref().unwrap_or_default()),
+                Part::Key => {
+                    out.extend_from_slice(record.key.as_deref().unwrap_or(&self.null_text))
+                }
+                Part::Value => {
+                    out.extend_from_slice(record.value.as_deref().unwrap_or(&self.null_text))
+                }
             }
         }
         out
@@ -597,8 +623,22 @@ mod tests {
             value: Some(Bytes::from_static(b"v")),
             headers: Vec::new(),
         };
-        let template = Template::parse("{partition}:{offset}@{timestamp}\\t{key}={value}!");
+        let template = Template::parse(
+            "{partition}:{offset}@{timestamp}\\t{key}={value}!",
+            "<null>",
+        );
         assert_eq!(template.render(&record), b"2:7@99\tk=v!");
+        let tombstone = ConsumerRecord {
+            value: None,
+            ..record.clone()
+        };
+        let empty = ConsumerRecord {
+            value: Some(Bytes::new()),
+            ..record.clone()
+        };
+        let values = Template::parse("{key}={value}", "<null>");
+        assert_eq!(values.render(&tombstone), b"k=<null>");
+        assert_eq!(values.render(&empty), b"k=");
         assert_eq!(parse_from("@5"), Ok(SeekTo::Timestamp(5)));
         assert_eq!(parse_from("12"), Ok(SeekTo::Offset(12)));
         assert_eq!(parse_from("latest"), Ok(SeekTo::Latest));

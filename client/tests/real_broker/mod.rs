@@ -81,6 +81,18 @@ impl RealBroker {
         cores: u16,
         extra: &[&str],
     ) -> RealBroker {
+        RealBroker::start_node_with_env(data_dir, port, node_id, cores, extra, &[])
+    }
+
+    /// `start_node` with extra environment variables.
+    pub fn start_node_with_env(
+        data_dir: &Path,
+        port: u16,
+        node_id: u32,
+        cores: u16,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> RealBroker {
         let log_path = data_dir.with_extension(format!("{port}.log"));
         let child = Command::new(broker_binary())
             .args([
@@ -95,6 +107,7 @@ impl RealBroker {
             .arg(data_dir)
             .args(extra)
             .env("RUST_LOG", "info,openraft=warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()

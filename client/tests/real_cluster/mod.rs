@@ -18,16 +18,23 @@ pub struct Brokers {
     dirs: Vec<PathBuf>,
     controllers: String,
     cores: u16,
+    extra: Vec<String>,
 }
 
 impl Brokers {
     pub fn start(root: &Path, controllers: String, cores: u16) -> Brokers {
+        Brokers::start_with(root, controllers, cores, &[])
+    }
+
+    /// `start` with extra broker flags (such as `--config FILE`).
+    pub fn start_with(root: &Path, controllers: String, cores: u16, extra: &[&str]) -> Brokers {
         let mut brokers = Brokers {
             brokers: Vec::new(),
             ports: Vec::new(),
             dirs: Vec::new(),
             controllers,
             cores,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for id in 1..=3u32 {
             brokers.ports.push(free_port_block(cores));
@@ -45,7 +52,11 @@ impl Brokers {
             self.ports[i],
             id,
             self.cores,
-            &["--controller", &self.controllers],
+            &[
+                &["--controller", self.controllers.as_str()][..],
+                &self.extra.iter().map(String::as_str).collect::<Vec<_>>(),
+            ]
+            .concat(),
         ));
     }
 
@@ -85,6 +96,10 @@ impl Brokers {
             .map(|p| format!("127.0.0.1:{p}"))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    pub fn data_dir(&self, id: u32) -> &Path {
+        &self.dirs[(id - 1) as usize]
     }
 
     pub fn logs(&self) -> String {

@@ -55,6 +55,8 @@ pub struct CleanReport {
     /// A truncation or retention changed the segments under the pass; it
     /// stopped and left them as they were.
     pub abandoned: bool,
+    /// The swap step `stop_swap_after` stopped at; the log is closed.
+    pub stopped_at: Option<SwapStep>,
 }
 
 enum GroupOutcome {
@@ -366,6 +368,7 @@ impl PartitionLog {
         if stop.is_some() {
             self.generation.set(self.generation.get() + 1);
             self.state.borrow_mut().closed = true;
+            report.stopped_at = stop;
             return Ok(GroupOutcome::Swapped);
         }
         let path = segment_path(&self.dir, base, LOG_SUFFIX);

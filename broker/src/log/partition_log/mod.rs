@@ -380,9 +380,13 @@ impl PartitionLog {
         stamp: Stamp,
         still_valid: Option<&dyn Fn() -> bool>,
     ) -> LogResult<AppendInfo> {
-        let header = *RecordBatch::parse(batch, self.config.batch_bytes_max)?.header();
+        let parsed = RecordBatch::parse(batch, self.config.batch_bytes_max)?;
+        let header = *parsed.header();
         if let Stamp::Leader(_) = stamp {
             header.check_producer_batch()?;
+            if self.config.cleanup_policy.compact && !header.is_control() {
+                self.check_keyed(&parsed)?;
+            }
         }
         while self.state.borrow().unwritten_bytes() + batch.len() > self.config.unwritten_bytes_max
         {
@@ -468,6 +472,20 @@ impl PartitionLog {
             log_end_offset: stored.next_offset(),
             max_timestamp_ms: stored.max_timestamp_ms,
         })
+    }
+
+    /// Compaction keeps the latest record per key, so a compacted log takes
+    /// only records with a key (Kafka refuses them the same way).
+    fn check_keyed(&self, batch: &RecordBatch<'_>) -> LogResult<()> {
+        let section = batch.records_section(self.config.decompressed_bytes_max)?;
+        for record in section.iter() {
+            if record?.key.is_none() {
+                return Err(LogError::InvalidRecord(
+                    "a compacted topic takes only records with a key".into(),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn roll(&self, state: &mut LogState, now_ms: i64) {
