@@ -79,7 +79,8 @@ pub struct CleanerConfig {
     /// within `CLEANER_MEMORY_BYTES_MIN..=CLEANER_MEMORY_BYTES_MAX`.
     pub memory_bytes: usize,
     /// Bytes read plus written per second by one shard's cleaner; 0 for no
-    /// bound. Default 64 MiB/s.
+    /// bound. Default 8 MiB/s: on the reference 2-core machine a cleaner at
+    /// 24 MiB/s per shard already multiplied produce latency (docs/performance.md).
     pub io_bytes_per_sec_max: u64,
     /// Pause between two rounds over the shard's compacted partitions.
     /// Default 15 s.
@@ -93,7 +94,7 @@ impl Default for CleanerConfig {
     fn default() -> CleanerConfig {
         CleanerConfig {
             memory_bytes: 32 << 20,
-            io_bytes_per_sec_max: 64 << 20,
+            io_bytes_per_sec_max: 8 << 20,
             backoff_ms: 15_000,
         }
     }

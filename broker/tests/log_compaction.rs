@@ -393,3 +393,67 @@ fn a_compacted_log_refuses_records_without_a_key() {
             .unwrap();
     });
 }
+
+/// A pass that meets a corrupt stored batch fails with a storage error,
+/// leaves no staged file behind and changes nothing: the segments it would
+/// have replaced are all still there.
+#[test]
+fn a_corrupt_segment_fails_the_pass_and_changes_nothing() {
+    run(async {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Rc::new(ManualClock::new(1_000_000));
+        let config = LogConfig {
+            min_compaction_lag_ms: 0,
+            ..config()
+        };
+        let log = open(dir.path(), config.clone(), &clock).await;
+        for round in 0..20u64 {
+            let records: Vec<(u8, bool)> = (0..KEYS).map(|k| (k, false)).collect();
+            let (bytes, _) = keyed_batch(&records, 60, false, clock.now_ms(), round);
+            log.append(&bytes, LeaderEpoch(1)).await.unwrap();
+        }
+        log.close().await.unwrap();
+        drop(log);
+        // Flip a byte under the CRC in the second segment.
+        let second = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .nth(1)
+            .unwrap();
+        let mut bytes = std::fs::read(&second).unwrap();
+        bytes[100] ^= 0xff;
+        std::fs::write(&second, &bytes).unwrap();
+        let log = open(dir.path(), config, &clock).await;
+        let bases = log.segment_bases();
+        let error = log
+            .clean(&CleanRequest {
+                end_limit: log.log_end_offset(),
+                map_memory_bytes: 1 << 20,
+                io_bytes_per_sec_max: 0,
+                zstd_level: 1,
+                stop_swap_after: None,
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, broker::log::LogError::Corrupt { .. }),
+            "{error}"
+        );
+        assert_eq!(log.segment_bases(), bases);
+        let staged: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".cleaned") || n.ends_with(".swap"))
+            .collect();
+        assert!(staged.is_empty(), "{staged:?}");
+        assert_eq!(
+            std::fs::read(&second).unwrap(),
+            bytes,
+            "the damaged segment is untouched"
+        );
+    });
+}

@@ -5,7 +5,8 @@
 //! batch of every group is kept (empty if need be) so the log's segments stay
 //! contiguous. The active segment and anything past the caller's limit (the
 //! high watermark) are never touched. Reads and writes run off the append
-//! path; only the swap holds the I/O gate.
+//! path; a swap holds only the segments gate, so appends, writes and syncs of
+//! the active segment go on while it renames and syncs.
 
 use protocol::record_batch::{retain_records, Retained};
 use protocol::{Offset, RecordBatch};
@@ -337,43 +338,61 @@ impl PartitionLog {
                 return Err(e);
             }
         };
-        let _gate = self.io_gate.enter().await;
+        // Only the closed segments change: appends, writes and syncs of the
+        // active segment go on meanwhile (they hold `io_gate`, not this).
+        let _segments = self.segments_gate.enter().await;
         let unchanged = {
             let state = self.state.borrow();
             let at = state.segments.iter().position(|s| s.base == base);
-            at.is_some_and(|at| {
-                sources.iter().enumerate().all(|(i, v)| {
-                    state.segments.get(at + i).is_some_and(|s| {
-                        s.base == v.base && s.size_bytes == v.size_bytes && s.tail.is_none()
+            !state.closed
+                && at.is_some_and(|at| {
+                    sources.iter().enumerate().all(|(i, v)| {
+                        state.segments.get(at + i).is_some_and(|s| {
+                            s.base == v.base && s.size_bytes == v.size_bytes && s.tail.is_none()
+                        })
                     })
                 })
-            })
         };
         if !unchanged {
             self.remove_cleaned(base)?;
             return Ok(GroupOutcome::Abandoned);
         }
         let replaced: Vec<Offset> = sources.iter().map(|v| v.base).collect();
-        self.generation.set(self.generation.get() + 1);
         let dir = self.dir.clone();
         let stop = request.stop_swap_after;
+        // Until the state changes below, readers keep the old segments' open
+        // files, whose bytes stay readable whatever happens to their names.
         let swapped = runtime::blocking(move || swap::swap_in(&dir, base, &replaced, stop)).await;
-        if let Err(e) = swapped {
-            self.generation.set(self.generation.get() + 1);
-            // The directory may be part-way through the swap: only a reopen
-            // (which finishes or undoes it) knows the log again.
-            self.state.borrow_mut().closed = true;
-            return Err(e);
-        }
-        if stop.is_some() {
-            self.generation.set(self.generation.get() + 1);
-            self.state.borrow_mut().closed = true;
-            report.stopped_at = stop;
-            return Ok(GroupOutcome::Swapped);
-        }
-        let path = segment_path(&self.dir, base, LOG_SUFFIX);
-        let file = DirectFile::open_read_write(&path).await;
-        let result = file.map_err(|e| LogError::io(&path, e)).map(|file| {
+        let opened = match (&swapped, stop) {
+            (Ok(()), None) => {
+                let path = segment_path(&self.dir, base, LOG_SUFFIX);
+                Some(
+                    DirectFile::open_read_write(&path)
+                        .await
+                        .map_err(|e| LogError::io(&path, e)),
+                )
+            }
+            _ => None,
+        };
+        // One synchronous step from here: reads that began before it see a
+        // new generation and start over on the new segments.
+        self.generation.set(self.generation.get() + 2);
+        let file = match (swapped, opened) {
+            (Ok(()), Some(Ok(file))) => file,
+            (Ok(()), None) => {
+                // A test's crash point: only a reopen knows the log again.
+                self.state.borrow_mut().closed = true;
+                report.stopped_at = stop;
+                return Ok(GroupOutcome::Swapped);
+            }
+            (Err(e), _) | (Ok(()), Some(Err(e))) => {
+                // The directory may be part-way through the swap: only a
+                // reopen (which finishes or undoes it) knows the log again.
+                self.state.borrow_mut().closed = true;
+                return Err(e);
+            }
+        };
+        {
             let mut segment = segment;
             segment.file = Some(file);
             let mut state = self.state.borrow_mut();
@@ -381,15 +400,10 @@ impl PartitionLog {
                 .segments
                 .iter()
                 .position(|s| s.base == base)
-                .expect("checked under the gate");
+                .expect("checked under the segments gate");
             state.segments.drain(at..at + sources.len());
             state.segments.insert(at, segment);
-        });
-        self.generation.set(self.generation.get() + 1);
-        if result.is_err() {
-            self.state.borrow_mut().closed = true;
         }
-        result?;
         report.segments_rewritten += sources.len();
         report.segments_written += 1;
         self.check_invariants();

@@ -129,6 +129,10 @@ pub struct PartitionLog {
     clock: Rc<dyn Clock>,
     state: RefCell<LogState>,
     io_gate: SerialGate,
+    /// Held while the set of closed segments changes on disk: by retention,
+    /// truncation and reset (inside `io_gate`) and by a compaction swap
+    /// (alone, so appends and their syncs go on during a swap).
+    segments_gate: SerialGate,
     /// Offset below which every record has reached the file (a completed
     /// direct write: in the kernel or the device, safe from a process crash,
     /// not yet from a power loss).
@@ -185,6 +189,7 @@ impl PartitionLog {
                 cleaned_to: Offset::ZERO,
             }),
             io_gate: SerialGate::new(),
+            segments_gate: SerialGate::new(),
             written: Watermark::new(log_end.0),
             generation: Cell::new(0),
             durable: Watermark::new(log_end.0),
@@ -1098,6 +1103,7 @@ impl PartitionLog {
         still_wanted: &dyn Fn() -> bool,
     ) -> LogResult<Option<Offset>> {
         let _gate = self.io_gate.enter().await;
+        let _segments = self.segments_gate.enter().await;
         let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
         if offset >= log_end {
             return Ok(Some(log_end));
@@ -1218,6 +1224,7 @@ impl PartitionLog {
         still_wanted: &dyn Fn() -> bool,
     ) -> LogResult<bool> {
         let _gate = self.io_gate.enter().await;
+        let _segments = self.segments_gate.enter().await;
         if !still_wanted() {
             return Ok(false);
         }
@@ -1310,6 +1317,7 @@ impl PartitionLog {
     /// past `end_limit`; returns how many went. The log start moves up with them.
     pub async fn enforce_retention(&self, end_limit: Offset) -> LogResult<usize> {
         let _gate = self.io_gate.enter().await;
+        let _segments = self.segments_gate.enter().await;
         // The active segment's file must exist before older ones go, or a restart
         // would not know where the log starts.
         let active_base = self.state.borrow().active().base;
@@ -1377,6 +1385,7 @@ impl PartitionLog {
     /// its indexes and a clean-shutdown marker, so the next open skips recovery.
     pub async fn close(&self) -> LogResult<()> {
         let _gate = self.io_gate.enter().await;
+        let _segments = self.segments_gate.enter().await;
         if self.state.borrow().closed {
             return Ok(());
         }
