@@ -225,7 +225,7 @@ mod tests {
                 }
                 sum
             });
-            assert_eq!(sum, 2_100);
+            assert_eq!(sum, 2_125);
         }
     }
 }
