@@ -237,6 +237,14 @@ impl ClusterView {
                 )?;
                 *slot = record;
             }
+            DeltaView::TopicConfigChanged { topic_id, config } => {
+                let name = self
+                    .names_by_id
+                    .get(&topic_id)
+                    .ok_or(ViewError::UnknownTopic(topic_id.0))?;
+                let topic = self.topics.get_mut(name).expect("names_by_id is in sync");
+                topic.config = config;
+            }
         }
         Ok(())
     }

@@ -91,6 +91,23 @@ impl Admin {
         messages::delete_topics_response(response.body(), name)
     }
 
+    /// Sets (`set`) and removes (`remove`) keys of a topic's config; removed
+    /// keys take the broker default again. The broker checks the resulting
+    /// config and answers once its own metadata shows it.
+    pub async fn alter_topic_config(
+        &self,
+        name: &str,
+        set: &[(String, String)],
+        remove: &[String],
+    ) -> Result<()> {
+        let body = messages::alter_topic_configs_request(name, set, remove);
+        let response = self
+            .cluster
+            .request_any(ApiKey::AlterTopicConfigs, &body)
+            .await?;
+        messages::alter_topic_configs_response(response.body(), name)
+    }
+
     pub async fn list_topics(&self) -> Result<Vec<TopicSummary>> {
         let body = messages::list_topics_request();
         let response = self.cluster.request_any(ApiKey::ListTopics, &body).await?;

@@ -172,6 +172,39 @@ pub fn delete_topics_response(body: &[u8], name: &str) -> Result<()> {
     topic_result(response.results(), name)
 }
 
+pub fn alter_topic_configs_request(
+    name: &str,
+    set: &[(String, String)],
+    remove: &[String],
+) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let entries: Vec<_> = set
+        .iter()
+        .map(|(k, v)| {
+            let key = Some(fbb.create_string(k));
+            let value = Some(fbb.create_string(v));
+            wire::ConfigEntry::create(&mut fbb, &wire::ConfigEntryArgs { key, value })
+        })
+        .collect();
+    let set = Some(fbb.create_vector(&entries));
+    let removed: Vec<_> = remove.iter().map(|k| fbb.create_string(k)).collect();
+    let remove = Some(fbb.create_vector(&removed));
+    let name = Some(fbb.create_string(name));
+    let topic =
+        wire::AlterTopicConfig::create(&mut fbb, &wire::AlterTopicConfigArgs { name, set, remove });
+    let topics = Some(fbb.create_vector(&[topic]));
+    let request = wire::AlterTopicConfigsRequest::create(
+        &mut fbb,
+        &wire::AlterTopicConfigsRequestArgs { topics },
+    );
+    finish(fbb, request)
+}
+
+pub fn alter_topic_configs_response(body: &[u8], name: &str) -> Result<()> {
+    let response = root::<wire::AlterTopicConfigsResponse>(body, "alter topic configs response")?;
+    topic_result(response.results(), name)
+}
+
 pub fn list_topics_request() -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
     let request = wire::ListTopicsRequest::create(&mut fbb, &wire::ListTopicsRequestArgs {});

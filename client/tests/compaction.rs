@@ -6,7 +6,11 @@
 //! - the same on an RF 3 topic whose leader is killed with kill -9 once
 //!   every replica compacted: the new leader serves every final value once;
 //! - kill -9 of the broker at each step of a segment swap: it restarts, the
-//!   partition is valid and no key's final value is lost.
+//!   partition is valid and no key's final value is lost;
+//! - a topic created with the delete policy and turned compacted later
+//!   (AlterTopicConfigs through the controller) is compacted; invalid
+//!   changes and unknown topics are refused; a removed key falls back to the
+//!   broker default.
 
 mod real_broker;
 mod real_cluster;
@@ -463,4 +467,75 @@ fn kill9_at_every_swap_step_loses_no_final_value() {
         broker.stop();
         verify_log(&partition_dir(&data, "kv"));
     }
+}
+
+#[test]
+fn a_topic_turned_compacted_after_creation_is_compacted() {
+    let root = tempfile::tempdir().unwrap();
+    let config = cleaner_config(root.path(), 200);
+    let data = root.path().join("data");
+    let port = free_port_block(1);
+    let broker = RealBroker::start_node(&data, port, 1, 1, &["--config", &config]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let bootstrap = broker.bootstrap();
+    let admin = runtime
+        .block_on(Admin::connect(&bootstrap, ClientConfig::default()))
+        .unwrap();
+    let plain: Vec<(String, String)> = vec![("segment.bytes".into(), "4096".into())];
+    runtime
+        .block_on(admin.create_topic("later", 1, 1, &plain))
+        .unwrap();
+    let finals = runtime.block_on(write_updates(&bootstrap, "later"));
+    // Refused changes name their reason and change nothing.
+    let bad = runtime
+        .block_on(admin.alter_topic_config(
+            "later",
+            &[("cleanup.policy".into(), "shred".into())],
+            &[],
+        ))
+        .expect_err("an invalid policy is refused")
+        .to_string();
+    assert!(
+        bad.contains("INVALID_CONFIG") && bad.contains("cleanup.policy"),
+        "{bad}"
+    );
+    let unknown = runtime
+        .block_on(admin.alter_topic_config(
+            "missing",
+            &[("cleanup.policy".into(), "compact".into())],
+            &[],
+        ))
+        .expect_err("an unknown topic is refused")
+        .to_string();
+    assert!(unknown.contains("UNKNOWN_TOPIC"), "{unknown}");
+    let described = runtime.block_on(admin.describe_topic("later")).unwrap();
+    assert_eq!(config_of(&described, "cleanup.policy"), None);
+    // Turned compacted: the cleaner takes it from there.
+    let set: Vec<(String, String)> = vec![
+        ("cleanup.policy".into(), "compact".into()),
+        ("min.cleanable.dirty.ratio".into(), "0.01".into()),
+    ];
+    runtime
+        .block_on(admin.alter_topic_config("later", &set, &[]))
+        .unwrap();
+    let described = runtime.block_on(admin.describe_topic("later")).unwrap();
+    assert_eq!(config_of(&described, "cleanup.policy"), Some("compact"));
+    wait_compacted(port, "later", || broker.log());
+    let read = runtime.block_on(read_back(&bootstrap, "later"));
+    assert_final_values_once(&read, &finals);
+    // A removed key falls back to the broker default.
+    runtime
+        .block_on(admin.alter_topic_config("later", &[], &["min.cleanable.dirty.ratio".into()]))
+        .unwrap();
+    let described = runtime.block_on(admin.describe_topic("later")).unwrap();
+    assert_eq!(config_of(&described, "min.cleanable.dirty.ratio"), None);
+    assert_eq!(config_of(&described, "cleanup.policy"), Some("compact"));
+}
+
+fn config_of<'a>(description: &'a client::TopicDescription, key: &str) -> Option<&'a str> {
+    description
+        .configs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
 }

@@ -56,6 +56,13 @@ pub enum Command {
     DeleteTopic {
         name: String,
     },
+    /// Sets and removes keys of a topic's config; the whole resulting config
+    /// is validated as at creation and published as one delta.
+    AlterTopicConfig {
+        name: String,
+        set: BTreeMap<String, String>,
+        remove: Vec<String>,
+    },
     /// Compare-and-set of a partition's ISR by its leader.
     AlterIsr {
         topic_id: TopicId,
@@ -105,6 +112,9 @@ pub enum Outcome {
         topic_id: TopicId,
     },
     TopicDeleted {
+        topic_id: TopicId,
+    },
+    TopicConfigAltered {
         topic_id: TopicId,
     },
     /// The partition as it is after the change (unchanged if the ISR was already `new_isr`).

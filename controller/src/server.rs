@@ -134,6 +134,12 @@ async fn dispatch(
             let outcomes = service.delete_topics(names).await;
             Ok(wire::encode_delete_topics_response(&outcomes))
         }
+        Some(ApiKey::AlterTopicConfigs) => {
+            let specs = wire::decode_alter_topic_configs_request(body)
+                .map_err(wire_error("alter_topic_configs"))?;
+            let outcomes = service.alter_topic_configs(specs).await;
+            Ok(wire::encode_alter_topic_configs_response(&outcomes))
+        }
         _ => Err(ConnectionError::UnknownApi(header.api_key)),
     }
 }

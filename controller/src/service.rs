@@ -23,9 +23,9 @@ use crate::command::{Command, CommandError, Outcome};
 use crate::delta::NeedSnapshot;
 use crate::ids::{BrokerId, PartitionIndex};
 use crate::messages::{
-    AlterIsr, ApiFailure, BrokerDescription, BrokerHeartbeat, ClusterDescription,
-    ControllerDescription, CreateTopicSpec, FetchMetadata, MetadataAnswer, RegisterBroker,
-    Registered, SessionState, TopicOutcome,
+    AlterIsr, AlterTopicConfigSpec, ApiFailure, BrokerDescription, BrokerHeartbeat,
+    ClusterDescription, ControllerDescription, CreateTopicSpec, FetchMetadata, MetadataAnswer,
+    RegisterBroker, Registered, SessionState, TopicOutcome,
 };
 use crate::records::PartitionRecord;
 use crate::store::{ControllerRaft, StateMachineStore};
@@ -312,6 +312,32 @@ impl ControllerService {
                     .map_err(ProposeError::into_failure),
             };
             outcomes.push(TopicOutcome { name, result });
+        }
+        outcomes
+    }
+
+    pub async fn alter_topic_configs(&self, specs: Vec<AlterTopicConfigSpec>) -> Vec<TopicOutcome> {
+        let mut outcomes = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let result = match self.require_leader() {
+                Err(f) => Err(f),
+                Ok(()) => self
+                    .propose(Command::AlterTopicConfig {
+                        name: spec.name.clone(),
+                        set: spec.set,
+                        remove: spec.remove,
+                    })
+                    .await
+                    .map(|_| ())
+                    .map_err(ProposeError::into_failure),
+            };
+            if result.is_ok() {
+                tracing::info!(topic = %spec.name, "topic config altered");
+            }
+            outcomes.push(TopicOutcome {
+                name: spec.name,
+                result,
+            });
         }
         outcomes
     }

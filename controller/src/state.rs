@@ -139,6 +139,9 @@ impl ClusterState {
                 &mut deltas,
             ),
             Command::DeleteTopic { name } => self.delete_topic(name, &mut deltas),
+            Command::AlterTopicConfig { name, set, remove } => {
+                self.alter_topic_config(name, set, remove, &mut deltas)
+            }
             Command::AlterIsr {
                 topic_id,
                 partition,
@@ -572,6 +575,35 @@ impl ClusterState {
             name: topic.name,
         });
         Ok(Outcome::TopicDeleted { topic_id })
+    }
+
+    fn alter_topic_config(
+        &mut self,
+        name: &str,
+        set: &BTreeMap<String, String>,
+        remove: &[String],
+        deltas: &mut Vec<Delta>,
+    ) -> Result<Outcome, CommandError> {
+        let topic_id = *self
+            .topic_ids_by_name
+            .get(name)
+            .ok_or_else(|| CommandError::UnknownTopic(name.to_owned()))?;
+        let topic = self
+            .topics
+            .get(&topic_id)
+            .expect("name index matches topics");
+        let mut config = topic.config.clone();
+        for key in remove {
+            config.remove(key);
+        }
+        config.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        validate::topic_config(&config, &self.limits)?;
+        let topic = self.topics.get_mut(&topic_id).expect("looked up above");
+        if topic.config != config {
+            topic.config = config.clone();
+            deltas.push(Delta::TopicConfigChanged { topic_id, config });
+        }
+        Ok(Outcome::TopicConfigAltered { topic_id })
     }
 
     fn alter_isr(

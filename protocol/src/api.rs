@@ -14,10 +14,13 @@ pub enum ApiKey {
     Produce = 6,
     Fetch = 7,
     ListOffsets = 8,
+    /// Served by brokers (forwarded to the controller) and by controllers;
+    /// numbered after the controller's keys, which share the number space.
+    AlterTopicConfigs = 17,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 9] = [
+    pub const ALL: [ApiKey; 10] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -27,6 +30,7 @@ impl ApiKey {
         ApiKey::Produce,
         ApiKey::Fetch,
         ApiKey::ListOffsets,
+        ApiKey::AlterTopicConfigs,
     ];
 
     pub fn from_u16(key: u16) -> Option<ApiKey> {
@@ -49,6 +53,7 @@ impl ApiKey {
             ApiKey::Produce => "produce",
             ApiKey::Fetch => "fetch",
             ApiKey::ListOffsets => "list_offsets",
+            ApiKey::AlterTopicConfigs => "alter_topic_configs",
         }
     }
 }
@@ -57,7 +62,8 @@ impl ApiKey {
 /// `ringlog-controller`. A separate enum so that a broker's `ApiKey` matches and
 /// its ApiVersions answer stay exactly the broker's APIs; both enums share one
 /// number space, so a key number is never used by both. A controller also
-/// serves `ApiKey::CreateTopics` and `ApiKey::DeleteTopics`.
+/// serves `ApiKey::CreateTopics`, `ApiKey::DeleteTopics` and
+/// `ApiKey::AlterTopicConfigs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u16)]
 pub enum ControllerApiKey {

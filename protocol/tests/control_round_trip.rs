@@ -157,6 +157,10 @@ fn every_controller_api_round_trips() {
             partition: PartitionIndex(1),
             record: partition(Some(2)),
         },
+        Delta::TopicConfigChanged {
+            topic_id: TopicId(3),
+            config: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
+        },
     ]
     .into_iter()
     .enumerate()
@@ -256,6 +260,24 @@ fn every_controller_api_round_trips() {
     );
     round_trip::<DeleteTopicsApi>(
         &[vec!["orders".into(), "bad".into()]],
+        std::slice::from_ref(&outcomes),
+    );
+    round_trip::<AlterTopicConfigsApi>(
+        &[vec![
+            AlterTopicConfigSpec {
+                name: "orders".into(),
+                set: BTreeMap::from([
+                    ("cleanup.policy".into(), "compact".into()),
+                    ("delete.retention.ms".into(), "1000".into()),
+                ]),
+                remove: vec!["retention.ms".into()],
+            },
+            AlterTopicConfigSpec {
+                name: "empty".into(),
+                set: BTreeMap::new(),
+                remove: Vec::new(),
+            },
+        ]],
         std::slice::from_ref(&outcomes),
     );
 }

@@ -1,6 +1,7 @@
-//! Topic admin: create, delete, list, describe. Creation and deletion go to
-//! shard 0, which forwards them to the controller and answers once this
-//! broker's metadata shows the change; list and describe read the metadata.
+//! Topic admin: create, delete, alter configs, list, describe. Creation,
+//! deletion and config changes go to shard 0, which forwards them to the
+//! controller and answers once this broker's metadata shows the change; list
+//! and describe read the metadata.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -16,7 +17,14 @@ use crate::shard::{Shard, ShardOp, ShardReply, TopicOutcome, METADATA_SHARD};
 /// Topics in one create or delete request.
 pub const TOPICS_PER_ADMIN_REQUEST_MAX: usize = 1_000;
 
-fn results_body(outcomes: &[TopicOutcome], create: bool) -> Vec<u8> {
+#[derive(Clone, Copy)]
+enum AdminApi {
+    Create,
+    Delete,
+    AlterConfigs,
+}
+
+fn results_body(outcomes: &[TopicOutcome], api: AdminApi) -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
     let results: Vec<_> = outcomes
         .iter()
@@ -37,23 +45,29 @@ fn results_body(outcomes: &[TopicOutcome], create: bool) -> Vec<u8> {
             )
         })
         .collect();
-    let results = fbb.create_vector(&results);
-    if create {
-        let root = wire::CreateTopicsResponse::create(
-            &mut fbb,
-            &wire::CreateTopicsResponseArgs {
-                results: Some(results),
-            },
-        );
-        finish(fbb, root)
-    } else {
-        let root = wire::DeleteTopicsResponse::create(
-            &mut fbb,
-            &wire::DeleteTopicsResponseArgs {
-                results: Some(results),
-            },
-        );
-        finish(fbb, root)
+    let results = Some(fbb.create_vector(&results));
+    match api {
+        AdminApi::Create => {
+            let root = wire::CreateTopicsResponse::create(
+                &mut fbb,
+                &wire::CreateTopicsResponseArgs { results },
+            );
+            finish(fbb, root)
+        }
+        AdminApi::Delete => {
+            let root = wire::DeleteTopicsResponse::create(
+                &mut fbb,
+                &wire::DeleteTopicsResponseArgs { results },
+            );
+            finish(fbb, root)
+        }
+        AdminApi::AlterConfigs => {
+            let root = wire::AlterTopicConfigsResponse::create(
+                &mut fbb,
+                &wire::AlterTopicConfigsResponseArgs { results },
+            );
+            finish(fbb, root)
+        }
     }
 }
 
@@ -94,7 +108,7 @@ pub(super) async fn create_topics(shard: &Rc<Shard>, body: &[u8]) -> HandlerResu
         return Err("metadata shard gave an unexpected reply".into());
     };
     Ok(Reply::Body {
-        body: results_body(&outcomes, true),
+        body: results_body(&outcomes, AdminApi::Create),
         payload: Vec::new(),
     })
 }
@@ -120,7 +134,35 @@ pub(super) async fn delete_topics(shard: &Rc<Shard>, body: &[u8]) -> HandlerResu
         return Err("metadata shard gave an unexpected reply".into());
     };
     Ok(Reply::Body {
-        body: results_body(&outcomes, false),
+        body: results_body(&outcomes, AdminApi::Delete),
+        payload: Vec::new(),
+    })
+}
+
+pub(super) async fn alter_topic_configs(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
+    // The controller codec checks the counts and builds the specs.
+    let specs = protocol::control::codec::decode_alter_topic_configs_request(body)
+        .map_err(|e| e.to_string())?;
+    if specs.len() > TOPICS_PER_ADMIN_REQUEST_MAX {
+        return Err(format!(
+            "{} topics exceed the bound of {TOPICS_PER_ADMIN_REQUEST_MAX}",
+            specs.len()
+        ));
+    }
+    if specs
+        .iter()
+        .any(|s| s.set.len() > TOPIC_CONFIGS_MAX || s.remove.len() > TOPIC_CONFIGS_MAX)
+    {
+        return Err("too many topic configs".into());
+    }
+    let ShardReply::Admin(outcomes) = shard
+        .call(METADATA_SHARD, ShardOp::AlterTopicConfigs(specs))
+        .await
+    else {
+        return Err("metadata shard gave an unexpected reply".into());
+    };
+    Ok(Reply::Body {
+        body: results_body(&outcomes, AdminApi::AlterConfigs),
         payload: Vec::new(),
     })
 }

@@ -70,6 +70,7 @@ pub async fn handle(shard: &Rc<Shard>, frame: &Bytes) -> (Option<ApiKey>, Outcom
         ApiKey::Metadata => metadata::handle(shard, request.body),
         ApiKey::CreateTopics => admin::create_topics(shard, request.body).await,
         ApiKey::DeleteTopics => admin::delete_topics(shard, request.body).await,
+        ApiKey::AlterTopicConfigs => admin::alter_topic_configs(shard, request.body).await,
         ApiKey::ListTopics => admin::list_topics(shard),
         ApiKey::DescribeTopic => admin::describe_topic(shard, request.body).await,
         ApiKey::Produce => produce::handle(shard, request.body, frame, request.payload).await,

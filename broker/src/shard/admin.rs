@@ -7,8 +7,10 @@ use std::time::Duration;
 use super::{
     controller_link, OpError, Shard, TopicOutcome, METADATA_SHARD, TOPIC_PROPAGATION_MS_MAX,
 };
-use crate::cluster_view::{ClusterView, TopicSpec};
+use crate::cluster_view::{topic_log_config, ClusterView, TopicSpec, TOPIC_CONFIGS_MAX};
 use crate::runtime;
+use protocol::control::messages::AlterTopicConfigSpec;
+use protocol::ErrorCode;
 
 impl Shard {
     /// Shard 0 only: checks what it can, forwards the rest to the controller,
@@ -58,6 +60,75 @@ impl Shard {
             .collect();
         self.await_view(|view| deleted.iter().all(|name| view.topic(name).is_none()))
             .await;
+        outcomes
+    }
+
+    /// Shard 0 only: checks that each topic exists and that its config after
+    /// the change makes a valid log config here, forwards the valid ones, then
+    /// waits until this broker's metadata shows the new configs.
+    pub(super) async fn alter_topic_configs(
+        self: &Rc<Self>,
+        specs: Vec<AlterTopicConfigSpec>,
+    ) -> Vec<TopicOutcome> {
+        assert_eq!(self.id, METADATA_SHARD, "topic admin runs on shard 0");
+        let _gate = self.admin_gate.enter().await;
+        let mut outcomes: Vec<TopicOutcome> = Vec::with_capacity(specs.len());
+        let mut valid = Vec::new();
+        let mut expected = Vec::new();
+        for spec in specs {
+            let error = match self.view.borrow().topic(&spec.name) {
+                None => Some(OpError::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("unknown topic {}", spec.name),
+                )),
+                Some(topic) => {
+                    let mut config = topic.config.clone();
+                    for key in &spec.remove {
+                        config.remove(key);
+                    }
+                    config.extend(spec.set.clone());
+                    let checked = if config.len() > TOPIC_CONFIGS_MAX {
+                        Err(OpError::new(
+                            ErrorCode::InvalidConfig,
+                            "too many config entries",
+                        ))
+                    } else {
+                        topic_log_config(&self.config.log, &config)
+                            .map_err(|e| OpError::new(e.code, e.message))
+                    };
+                    match checked {
+                        Ok(_) => {
+                            expected.push((spec.name.clone(), config));
+                            None
+                        }
+                        Err(e) => Some(e),
+                    }
+                }
+            };
+            if error.is_none() {
+                valid.push(spec.clone());
+            }
+            outcomes.push(TopicOutcome {
+                name: spec.name,
+                error,
+            });
+        }
+        if !valid.is_empty() {
+            let forwarded = controller_link::forward_alter_configs(self, &valid).await;
+            let altered: Vec<String> = forwarded
+                .iter()
+                .filter(|o| o.error.is_none())
+                .map(|o| o.name.clone())
+                .collect();
+            merge_outcomes(&mut outcomes, forwarded);
+            expected.retain(|(name, _)| altered.contains(name));
+            self.await_view(|view| {
+                expected
+                    .iter()
+                    .all(|(name, config)| view.topic(name).is_some_and(|t| &t.config == config))
+            })
+            .await;
+        }
         outcomes
     }
 

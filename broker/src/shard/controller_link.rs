@@ -346,6 +346,23 @@ pub async fn forward_delete(shard: &Shard, names: &[String]) -> Vec<TopicOutcome
     .await
 }
 
+/// Sends topic config changes to the controller leader; one outcome per topic.
+pub async fn forward_alter_configs(
+    shard: &Shard,
+    specs: &[protocol::control::messages::AlterTopicConfigSpec],
+) -> Vec<TopicOutcome> {
+    let body = protocol::control::codec::encode_alter_topic_configs_request(specs);
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    forward(
+        shard,
+        ApiKey::AlterTopicConfigs,
+        &body,
+        &names,
+        protocol::control::codec::decode_alter_topic_configs_response,
+    )
+    .await
+}
+
 /// One request to the controller leader, on a fresh connection: the
 /// controller that last answered first, then the others in turn, following
 /// NOT_CONTROLLER. Stops at the first answer `decode` accepts, at a refusal,

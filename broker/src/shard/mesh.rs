@@ -6,7 +6,7 @@
 use std::rc::Rc;
 
 use bytes::Bytes;
-use protocol::control::messages::MetadataUpdate;
+use protocol::control::messages::{AlterTopicConfigSpec, MetadataUpdate};
 use protocol::{BrokerId, LeaderEpoch, Offset, PartitionEpoch};
 
 use super::{OpError, ReplicaFetch, Shard};
@@ -83,6 +83,9 @@ pub enum ShardOp {
     CreateTopics(Vec<TopicSpec>),
     /// To shard 0, which forwards it to the controller.
     DeleteTopics(Vec<String>),
+    /// To shard 0, which checks the resulting configs and forwards them to
+    /// the controller.
+    AlterTopicConfigs(Vec<AlterTopicConfigSpec>),
     /// From shard 0 to every shard: a controller update, and this broker's
     /// current registration epoch (0 before the first).
     ApplyMetadata {
@@ -255,6 +258,9 @@ impl Shard {
             ShardOp::Describe { key } => ShardReply::Describe(self.describe_local(&key)),
             ShardOp::CreateTopics(specs) => ShardReply::Admin(self.create_topics(specs).await),
             ShardOp::DeleteTopics(names) => ShardReply::Admin(self.delete_topics(names).await),
+            ShardOp::AlterTopicConfigs(specs) => {
+                ShardReply::Admin(self.alter_topic_configs(specs).await)
+            }
             ShardOp::ApplyMetadata {
                 update,
                 broker_epoch,

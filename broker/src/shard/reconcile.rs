@@ -109,7 +109,19 @@ impl Shard {
             } = desired;
             let existing = self.replicas.borrow().get(&key).cloned();
             match existing {
-                Some(replica) => self.set_role(&key, &replica, role),
+                Some(replica) => {
+                    if replica.log.config() != log_config {
+                        match replica.log.set_config(log_config) {
+                            Ok(()) => {
+                                tracing::info!(topic = %key.topic, partition = key.partition, "topic config applied")
+                            }
+                            Err(e) => {
+                                tracing::error!(topic = %key.topic, partition = key.partition, error = %e, "topic config refused; keeping the previous one")
+                            }
+                        }
+                    }
+                    self.set_role(&key, &replica, role)
+                }
                 None => match self.open_replica(&key, topic_id, log_config).await {
                     Ok(log) => {
                         let replica = Rc::new(Replica::new(self.broker_id(), topic_id, log, &role));

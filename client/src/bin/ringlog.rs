@@ -70,10 +70,21 @@ enum TopicCommand {
         partitions: i32,
         #[arg(long, default_value_t = 1)]
         replication_factor: i16,
-        /// key=value, repeatable: retention.ms, retention.bytes,
-        /// segment.bytes, segment.ms, flush.policy (always|none|interval_ms:N).
+        /// key=value, repeatable: cleanup.policy, retention.ms,
+        /// retention.bytes, segment.bytes, segment.ms, flush.policy
+        /// (always|none|interval_ms:N), ... (docs/config.md).
         #[arg(long = "config", value_parser = parse_key_value)]
         configs: Vec<(String, String)>,
+    },
+    /// Changes a topic's settings; `topic describe` shows the result.
+    Alter {
+        name: String,
+        /// key=value to set, repeatable.
+        #[arg(long = "config", value_parser = parse_key_value)]
+        configs: Vec<(String, String)>,
+        /// A key to remove (back to the broker default), repeatable.
+        #[arg(long = "delete-config")]
+        delete_configs: Vec<String>,
     },
     List,
     Describe {
@@ -292,6 +303,20 @@ async fn topic(admin: Admin, command: TopicCommand) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("creating topic `{name}`"))?;
             println!("created topic {name} with {partitions} partitions");
+        }
+        TopicCommand::Alter {
+            name,
+            configs,
+            delete_configs,
+        } => {
+            if configs.is_empty() && delete_configs.is_empty() {
+                bail!("nothing to change: give --config KEY=VALUE or --delete-config KEY");
+            }
+            admin
+                .alter_topic_config(&name, &configs, &delete_configs)
+                .await
+                .with_context(|| format!("altering topic `{name}`"))?;
+            println!("altered topic {name}");
         }
         TopicCommand::List => {
             for topic in admin.list_topics().await.context("listing topics")? {

@@ -804,3 +804,77 @@ proptest! {
         prop_assert_eq!(live, names);
     }
 }
+
+// A topic's config changes as a whole: keys set and removed, the result
+// validated as at creation, one delta with the whole config, nothing when
+// nothing changes, and an unknown topic or invalid result refused.
+#[test]
+fn alter_topic_config_sets_removes_and_validates() {
+    let mut state = ClusterState::default();
+    join(&mut state, 1, 1, 0);
+    let topic_id = create_topic(&mut state, "t", 1, 1, false);
+    let alter = |set: &[(&str, &str)], remove: &[&str]| Command::AlterTopicConfig {
+        name: "t".into(),
+        set: set
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        remove: remove.iter().map(|k| k.to_string()).collect(),
+    };
+    let before = state.metadata_version();
+    let reply = step(
+        &mut state,
+        &alter(
+            &[("cleanup.policy", "compact"), ("delete.retention.ms", "5")],
+            &[],
+        ),
+    );
+    assert_eq!(reply.result, Ok(Outcome::TopicConfigAltered { topic_id }));
+    assert_eq!(state.metadata_version(), before.next());
+    let deltas = state.deltas_since(before).unwrap();
+    assert_eq!(deltas.len(), 1);
+    let expected: BTreeMap<String, String> =
+        [("cleanup.policy", "compact"), ("delete.retention.ms", "5")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    assert_eq!(
+        deltas[0].delta,
+        Delta::TopicConfigChanged {
+            topic_id,
+            config: expected.clone()
+        }
+    );
+    assert_eq!(state.topic_by_name("t").unwrap().config, expected);
+
+    let unchanged = state.metadata_version();
+    step(&mut state, &alter(&[("cleanup.policy", "compact")], &[]));
+    assert_eq!(state.metadata_version(), unchanged, "no change, no delta");
+
+    step(&mut state, &alter(&[], &["delete.retention.ms"]));
+    assert_eq!(
+        state
+            .topic_by_name("t")
+            .unwrap()
+            .config
+            .get("delete.retention.ms"),
+        None
+    );
+    assert!(matches!(
+        step(
+            &mut state,
+            &alter(&[("unclean.leader.election.enable", "maybe")], &[])
+        )
+        .result,
+        Err(CommandError::InvalidConfig { .. })
+    ));
+    let unknown = Command::AlterTopicConfig {
+        name: "missing".into(),
+        set: BTreeMap::new(),
+        remove: Vec::new(),
+    };
+    assert!(matches!(
+        step(&mut state, &unknown).result,
+        Err(CommandError::UnknownTopic(_))
+    ));
+}

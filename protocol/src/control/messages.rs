@@ -111,6 +111,10 @@ pub enum DeltaView {
         partition: crate::ids::PartitionIndex,
         record: super::records::PartitionRecord,
     },
+    TopicConfigChanged {
+        topic_id: TopicId,
+        config: BTreeMap<String, String>,
+    },
 }
 
 /// What the server encodes: deltas borrowed from the state, or the whole image.
@@ -153,6 +157,16 @@ pub struct CreateTopicSpec {
     pub partition_count: u32,
     pub replication_factor: u16,
     pub config: BTreeMap<String, String>,
+}
+
+/// What AlterTopicConfigs asks for one topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterTopicConfigSpec {
+    pub name: String,
+    /// Keys to set, replacing their values.
+    pub set: BTreeMap<String, String>,
+    /// Keys to remove (the broker default applies again).
+    pub remove: Vec<String>,
 }
 
 /// The result for one topic of CreateTopics or DeleteTopics.

@@ -120,6 +120,11 @@ pub enum Delta {
         partition: PartitionIndex,
         record: PartitionRecord,
     },
+    /// The topic's whole config after an AlterTopicConfigs.
+    TopicConfigChanged {
+        topic_id: TopicId,
+        config: BTreeMap<String, String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

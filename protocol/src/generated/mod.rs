@@ -42,6 +42,12 @@ pub mod ringlog {
     pub use self::delete_topics_request_generated::*;
     mod delete_topics_response_generated;
     pub use self::delete_topics_response_generated::*;
+    mod alter_topic_config_generated;
+    pub use self::alter_topic_config_generated::*;
+    mod alter_topic_configs_request_generated;
+    pub use self::alter_topic_configs_request_generated::*;
+    mod alter_topic_configs_response_generated;
+    pub use self::alter_topic_configs_response_generated::*;
     mod list_topics_request_generated;
     pub use self::list_topics_request_generated::*;
     mod topic_summary_generated;
@@ -122,6 +128,8 @@ pub mod ringlog {
     pub use self::topic_deleted_delta_generated::*;
     mod partition_changed_delta_generated;
     pub use self::partition_changed_delta_generated::*;
+    mod topic_config_changed_delta_generated;
+    pub use self::topic_config_changed_delta_generated::*;
     mod metadata_delta_generated;
     pub use self::metadata_delta_generated::*;
     mod fetch_metadata_request_generated;

@@ -163,12 +163,12 @@ impl PartitionLog {
     /// The share of the cleanable log written since the last pass, in
     /// thousandths (0 for a log that is not compacted).
     pub fn dirty_ratio_permille(&self, end_limit: Offset) -> u32 {
-        if !self.config.cleanup_policy.compact {
+        if !self.config().cleanup_policy.compact {
             return 0;
         }
         let cleaned_to = self.state.borrow().cleaned_to;
         compaction::dirty_ratio(
-            &self.config,
+            &self.config(),
             &self.segment_views(),
             cleaned_to,
             end_limit,
@@ -183,9 +183,13 @@ impl PartitionLog {
         let views = self.segment_views();
         let cleaned_to = self.state.borrow().cleaned_to;
         let mut report = CleanReport::default();
-        let Some(plan) =
-            compaction::plan(&self.config, &views, cleaned_to, request.end_limit, now_ms)
-        else {
+        let Some(plan) = compaction::plan(
+            &self.config(),
+            &views,
+            cleaned_to,
+            request.end_limit,
+            now_ms,
+        ) else {
             return Ok(report);
         };
         report.plan = Some(plan);
@@ -206,7 +210,7 @@ impl PartitionLog {
         let rule = KeepRule {
             map_end,
             dirty_start: plan.dirty_start,
-            delete_retention_ms: self.config.delete_retention_ms,
+            delete_retention_ms: self.config().delete_retention_ms,
             now_ms,
         };
         let rewritten: Vec<SegmentView> = views
@@ -214,7 +218,7 @@ impl PartitionLog {
             .copied()
             .take_while(|v| v.closed && v.next_offset <= plan.cleanable_end && v.base < map_end)
             .collect();
-        for group in compaction::group_segments(&rewritten, self.config.segment_size_bytes) {
+        for group in compaction::group_segments(&rewritten, self.config().segment_size_bytes) {
             let sources = &rewritten[group];
             let outcome = self
                 .clean_group(sources, &map, &rule, request, &mut throttle, &mut report)
@@ -293,7 +297,7 @@ impl PartitionLog {
                 let parsed = RecordBatch::parse(scanner.last_bytes(), STORED_BATCH_BYTES_MAX)
                     .map_err(|e| self.corrupt(view.base, batch.position, e.to_string()))?;
                 let section = parsed
-                    .records_section(self.config.decompressed_bytes_max)
+                    .records_section(self.config().decompressed_bytes_max)
                     .map_err(|e| self.corrupt(view.base, batch.position, e.to_string()))?;
                 for record in section.iter() {
                     let record = record
@@ -436,15 +440,15 @@ impl PartitionLog {
         let file = DirectFile::create_new(cleaned_log).await.map_err(io)?;
         let mut writer = SegmentWriter {
             file,
-            buffer: AlignedBuffer::new(self.config.write_chunk_bytes),
+            buffer: AlignedBuffer::new(self.config().write_chunk_bytes),
             filled: 0,
             position: 0,
         };
         let mut segment = Segment::new_active(
             base,
             self.clock.now_ms(),
-            self.config.write_chunk_bytes,
-            self.config.index_interval_bytes,
+            self.config().write_chunk_bytes,
+            self.config().index_interval_bytes,
         );
         segment.tail = None;
         let mut changed = sources.len() > 1;
@@ -479,7 +483,7 @@ impl PartitionLog {
                         .map_err(|e| self.corrupt(view.base, batch.position, e.to_string()))?;
                     retain_records(
                         &parsed,
-                        self.config.decompressed_bytes_max,
+                        self.config().decompressed_bytes_max,
                         request.zstd_level,
                         |r| {
                             rule.keep(
@@ -513,7 +517,7 @@ impl PartitionLog {
                     pending_empty = None;
                     report.bytes_written += out.len() as u64;
                     writer.push(&out).await.map_err(io)?;
-                    segment.account_batch(&out_header, self.config.index_interval_bytes);
+                    segment.account_batch(&out_header, self.config().index_interval_bytes);
                 }
                 throttle.charge(self, charged).await;
             }
@@ -521,7 +525,7 @@ impl PartitionLog {
         if let Some((out, out_header)) = pending_empty {
             report.bytes_written += out.len() as u64;
             writer.push(&out).await.map_err(io)?;
-            segment.account_batch(&out_header, self.config.index_interval_bytes);
+            segment.account_batch(&out_header, self.config().index_interval_bytes);
         }
         let last = sources.last().expect("a group has a segment");
         assert_eq!(

@@ -125,7 +125,7 @@ impl LogState {
 #[derive(Debug)]
 pub struct PartitionLog {
     dir: PathBuf,
-    config: LogConfig,
+    config: RefCell<LogConfig>,
     clock: Rc<dyn Clock>,
     state: RefCell<LogState>,
     io_gate: SerialGate,
@@ -176,7 +176,7 @@ impl PartitionLog {
         let latest_epoch = recovered.segments.back().expect("segment").latest_epoch;
         let log = PartitionLog {
             dir: dir.to_path_buf(),
-            config,
+            config: RefCell::new(config),
             clock,
             state: RefCell::new(LogState {
                 segments: recovered.segments,
@@ -211,8 +211,17 @@ impl PartitionLog {
         &self.dir
     }
 
-    pub fn config(&self) -> &LogConfig {
-        &self.config
+    /// The settings now in force (a copy: they may change, `set_config`).
+    pub fn config(&self) -> LogConfig {
+        self.config.borrow().clone()
+    }
+
+    /// Applies a topic's changed settings. Appends, rolls, retention and the
+    /// cleaner use them from their next decision on; nothing on disk changes.
+    pub fn set_config(&self, config: LogConfig) -> LogResult<()> {
+        config.validate()?;
+        *self.config.borrow_mut() = config;
+        Ok(())
     }
 
     pub fn log_start_offset(&self) -> Offset {
@@ -239,7 +248,7 @@ impl PartitionLog {
     /// replica's records only up to here, so acknowledged records survive
     /// what the policy promises on every in-sync replica.
     pub fn stable_offset(&self) -> Offset {
-        match self.config.flush_policy {
+        match self.config().flush_policy {
             FlushPolicy::Always => self.durable_offset(),
             FlushPolicy::IntervalMs(_) | FlushPolicy::None => self.written_offset(),
         }
@@ -385,15 +394,16 @@ impl PartitionLog {
         stamp: Stamp,
         still_valid: Option<&dyn Fn() -> bool>,
     ) -> LogResult<AppendInfo> {
-        let parsed = RecordBatch::parse(batch, self.config.batch_bytes_max)?;
+        let parsed = RecordBatch::parse(batch, self.config().batch_bytes_max)?;
         let header = *parsed.header();
         if let Stamp::Leader(_) = stamp {
             header.check_producer_batch()?;
-            if self.config.cleanup_policy.compact && !header.is_control() {
+            if self.config().cleanup_policy.compact && !header.is_control() {
                 self.check_keyed(&parsed)?;
             }
         }
-        while self.state.borrow().unwritten_bytes() + batch.len() > self.config.unwritten_bytes_max
+        while self.state.borrow().unwritten_bytes() + batch.len()
+            > self.config().unwritten_bytes_max
         {
             let _gate = self.io_gate.enter().await;
             self.write_out(false).await?;
@@ -447,7 +457,7 @@ impl PartitionLog {
             created_ms: active.created_ms,
         };
         if policy::should_roll(
-            &self.config,
+            &self.config(),
             summary,
             batch.len() as u64,
             stored.next_offset(),
@@ -461,7 +471,7 @@ impl PartitionLog {
             .copy_from_slice(&base.0.to_be_bytes());
         stamped_prefix[field::PARTITION_LEADER_EPOCH..field::PARTITION_LEADER_EPOCH + 4]
             .copy_from_slice(&epoch.0.to_be_bytes());
-        let interval = self.config.index_interval_bytes;
+        let interval = self.config().index_interval_bytes;
         let active = state.active_mut();
         let tail = active.tail.as_mut().expect("active segment has a tail");
         tail.append(&stamped_prefix);
@@ -482,7 +492,7 @@ impl PartitionLog {
     /// Compaction keeps the latest record per key, so a compacted log takes
     /// only records with a key (Kafka refuses them the same way).
     fn check_keyed(&self, batch: &RecordBatch<'_>) -> LogResult<()> {
-        let section = batch.records_section(self.config.decompressed_bytes_max)?;
+        let section = batch.records_section(self.config().decompressed_bytes_max)?;
         for record in section.iter() {
             if record?.key.is_none() {
                 return Err(LogError::InvalidRecord(
@@ -502,8 +512,8 @@ impl PartitionLog {
         let mut next = Segment::new_active(
             base,
             now_ms,
-            self.config.write_chunk_bytes,
-            self.config.index_interval_bytes,
+            self.config().write_chunk_bytes,
+            self.config().index_interval_bytes,
         );
         next.latest_epoch = epoch;
         state.segments.push_back(next);
@@ -515,7 +525,7 @@ impl PartitionLog {
     /// process crash never loses an acknowledged record whatever the policy.
     /// Concurrent callers share writes and syncs (group commit).
     pub async fn wait_for_ack(&self, next_offset: Offset) -> LogResult<()> {
-        match self.config.flush_policy {
+        match self.config().flush_policy {
             FlushPolicy::Always => self.flush_to(next_offset).await,
             FlushPolicy::IntervalMs(_) | FlushPolicy::None => self.write_to(next_offset).await,
         }
@@ -568,7 +578,7 @@ impl PartitionLog {
         };
         let _gate = self.io_gate.enter().await;
         let unsynced = self.durable.get() < self.log_end_offset().0;
-        match self.config.flush_policy {
+        match self.config().flush_policy {
             FlushPolicy::IntervalMs(ms) if now_ms - last_sync_ms >= ms as i64 => {
                 self.write_out(true).await?
             }
@@ -848,8 +858,9 @@ impl PartitionLog {
         };
         // Enough for the scan from the index entry plus `max_bytes`; a batch
         // larger than that is read whole below.
-        let window =
-            (max_bytes + 2 * self.config.index_interval_bytes as usize + BATCH_HEADER_BYTES) as u64;
+        let window = (max_bytes
+            + 2 * self.config().index_interval_bytes as usize
+            + BATCH_HEADER_BYTES) as u64;
         let mut window_start = entry_position;
         let mut bytes = self
             .read_range(
@@ -1064,7 +1075,7 @@ impl PartitionLog {
                     .map_err(|e| self.corrupt(base, at_position, e.to_string()))?;
                 if batch.header().max_timestamp_ms >= timestamp_ms {
                     let section = batch
-                        .records_section(self.config.decompressed_bytes_max)
+                        .records_section(self.config().decompressed_bytes_max)
                         .map_err(|e| self.corrupt(base, at_position, e.to_string()))?;
                     for record in section.iter() {
                         let record =
@@ -1189,7 +1200,7 @@ impl PartitionLog {
             base,
             file,
             cut.0,
-            &self.config,
+            &self.config(),
             self.clock.now_ms(),
         )
         .await?;
@@ -1249,8 +1260,8 @@ impl PartitionLog {
             let mut fresh = Segment::new_active(
                 offset,
                 self.clock.now_ms(),
-                self.config.write_chunk_bytes,
-                self.config.index_interval_bytes,
+                self.config().write_chunk_bytes,
+                self.config().index_interval_bytes,
             );
             fresh.file = Some(file);
             state.segments.push_back(fresh);
@@ -1334,7 +1345,7 @@ impl PartitionLog {
                     closed: s.tail.is_none(),
                 })
                 .collect();
-            policy::segments_to_delete(&self.config, &summaries, end_limit, self.clock.now_ms())
+            policy::segments_to_delete(&self.config(), &summaries, end_limit, self.clock.now_ms())
         };
         if count > 0 {
             // Two steps, as in truncation; nothing awaits in between here.

@@ -109,6 +109,17 @@ symmetric_api!(
     decode_delete_topics_response
 );
 
+symmetric_api!(
+    AlterTopicConfigsApi,
+    "AlterTopicConfigs",
+    Vec<AlterTopicConfigSpec>,
+    Vec<TopicOutcome>,
+    encode_alter_topic_configs_request,
+    decode_alter_topic_configs_request,
+    encode_alter_topic_configs_response,
+    decode_alter_topic_configs_response
+);
+
 #[derive(Debug)]
 pub struct DescribeClusterApi;
 
@@ -199,6 +210,9 @@ fn delta_view(delta: Delta) -> DeltaView {
             partition,
             record,
         },
+        Delta::TopicConfigChanged { topic_id, config } => {
+            DeltaView::TopicConfigChanged { topic_id, config }
+        }
     }
 }
 
@@ -216,4 +230,5 @@ pub fn decode_with_every_api(body: &[u8]) {
     both::<DescribeClusterApi>(body);
     both::<CreateTopicsApi>(body);
     both::<DeleteTopicsApi>(body);
+    both::<AlterTopicConfigsApi>(body);
 }

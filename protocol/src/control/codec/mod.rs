@@ -29,9 +29,10 @@ use flatbuffers::{FlatBufferBuilder, InvalidFlatbuffer, WIPOffset};
 use crate::{wire, ErrorCode};
 
 use super::messages::{
-    AlterIsr, ApiFailure, BrokerDescription, BrokerHeartbeat, BrokerView, ClusterDescription,
-    ControllerDescription, CreateTopicSpec, DeltaView, FetchMetadata, ImageView, MetadataAnswer,
-    MetadataUpdate, RegisterBroker, Registered, SessionState, TopicOutcome,
+    AlterIsr, AlterTopicConfigSpec, ApiFailure, BrokerDescription, BrokerHeartbeat, BrokerView,
+    ClusterDescription, ControllerDescription, CreateTopicSpec, DeltaView, FetchMetadata,
+    ImageView, MetadataAnswer, MetadataUpdate, RegisterBroker, Registered, SessionState,
+    TopicOutcome,
 };
 use super::records::{
     BrokerEndpoints, BrokerRecord, Delta, MetadataImage, PartitionRecord, Replica, TopicRecord,
@@ -42,8 +43,11 @@ use crate::ids::{
     ShardIndex, TopicId,
 };
 
-/// Bound on the topics named in one CreateTopics or DeleteTopics request.
+/// Bound on the topics named in one CreateTopics, DeleteTopics or
+/// AlterTopicConfigs request.
 pub const TOPICS_PER_REQUEST_MAX: usize = 1_000;
+/// Bound on the keys one AlterTopicConfigs entry removes.
+pub const CONFIG_KEYS_PER_TOPIC_MAX: usize = 1_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
@@ -442,6 +446,15 @@ pub(super) fn encode_delta<'a>(
             let body = wire::PartitionChangedDelta::create(fbb, &args);
             (Body::PartitionChangedDelta, body.as_union_value())
         }
+        Delta::TopicConfigChanged { topic_id, config } => {
+            let configs = encode_configs(fbb, config);
+            let args = wire::TopicConfigChangedDeltaArgs {
+                topic_id: topic_id.0,
+                configs: Some(configs),
+            };
+            let body = wire::TopicConfigChangedDelta::create(fbb, &args);
+            (Body::TopicConfigChangedDelta, body.as_union_value())
+        }
     };
     wire::MetadataDelta::create(
         fbb,
@@ -476,6 +489,11 @@ pub(super) fn decode_delta(
             topic_id: TopicId(p.topic_id()),
             partition,
             record,
+        }
+    } else if let Some(c) = d.body_as_topic_config_changed_delta() {
+        DeltaView::TopicConfigChanged {
+            topic_id: TopicId(c.topic_id()),
+            config: decode_configs(c.configs())?,
         }
     } else {
         return Err(missing);

@@ -1,4 +1,5 @@
-//! CreateTopics and DeleteTopics forwarded to the controller (admin.fbs).
+//! CreateTopics, DeleteTopics and AlterTopicConfigs forwarded to the
+//! controller (admin.fbs).
 
 use super::*;
 
@@ -165,5 +166,75 @@ pub fn encode_delete_topics_response(outcomes: &[TopicOutcome]) -> Vec<u8> {
 
 pub fn decode_delete_topics_response(body: &[u8]) -> Result<Vec<TopicOutcome>, WireError> {
     let r = flatbuffers::root::<wire::DeleteTopicsResponse>(body)?;
+    Ok(decode_topic_results(r.results()))
+}
+
+pub fn encode_alter_topic_configs_request(specs: &[AlterTopicConfigSpec]) -> Vec<u8> {
+    let mut fbb = Fbb::new();
+    let topics: Vec<_> = specs
+        .iter()
+        .map(|s| {
+            let name = fbb.create_string(&s.name);
+            let set = encode_configs(&mut fbb, &s.set);
+            let remove: Vec<_> = s.remove.iter().map(|k| fbb.create_string(k)).collect();
+            let remove = fbb.create_vector(&remove);
+            wire::AlterTopicConfig::create(
+                &mut fbb,
+                &wire::AlterTopicConfigArgs {
+                    name: Some(name),
+                    set: Some(set),
+                    remove: Some(remove),
+                },
+            )
+        })
+        .collect();
+    let topics = fbb.create_vector(&topics);
+    let root = wire::AlterTopicConfigsRequest::create(
+        &mut fbb,
+        &wire::AlterTopicConfigsRequestArgs {
+            topics: Some(topics),
+        },
+    );
+    finish(fbb, root)
+}
+
+pub fn decode_alter_topic_configs_request(
+    body: &[u8],
+) -> Result<Vec<AlterTopicConfigSpec>, WireError> {
+    let r = flatbuffers::root::<wire::AlterTopicConfigsRequest>(body)?;
+    let topics = r.topics().ok_or(WireError::Missing("topics"))?;
+    bounded("topics", topics.len(), TOPICS_PER_REQUEST_MAX)?;
+    topics
+        .iter()
+        .map(|t| {
+            let remove = t.remove();
+            bounded(
+                "remove",
+                remove.map_or(0, |r| r.len()),
+                CONFIG_KEYS_PER_TOPIC_MAX,
+            )?;
+            Ok(AlterTopicConfigSpec {
+                name: t.name().ok_or(WireError::Missing("name"))?.to_owned(),
+                set: decode_configs(t.set())?,
+                remove: remove.iter().flatten().map(str::to_owned).collect(),
+            })
+        })
+        .collect()
+}
+
+pub fn encode_alter_topic_configs_response(outcomes: &[TopicOutcome]) -> Vec<u8> {
+    let mut fbb = Fbb::new();
+    let results = encode_topic_results(&mut fbb, outcomes);
+    let root = wire::AlterTopicConfigsResponse::create(
+        &mut fbb,
+        &wire::AlterTopicConfigsResponseArgs {
+            results: Some(results),
+        },
+    );
+    finish(fbb, root)
+}
+
+pub fn decode_alter_topic_configs_response(body: &[u8]) -> Result<Vec<TopicOutcome>, WireError> {
+    let r = flatbuffers::root::<wire::AlterTopicConfigsResponse>(body)?;
     Ok(decode_topic_results(r.results()))
 }

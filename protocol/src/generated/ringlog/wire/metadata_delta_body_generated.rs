@@ -5,10 +5,10 @@ use super::*;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_METADATA_DELTA_BODY: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_METADATA_DELTA_BODY: u8 = 6;
+pub const ENUM_MAX_METADATA_DELTA_BODY: u8 = 7;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_METADATA_DELTA_BODY: [MetadataDeltaBody; 7] = [
+pub const ENUM_VALUES_METADATA_DELTA_BODY: [MetadataDeltaBody; 8] = [
   MetadataDeltaBody::NONE,
   MetadataDeltaBody::BrokerRegisteredDelta,
   MetadataDeltaBody::BrokerFencedDelta,
@@ -16,6 +16,7 @@ pub const ENUM_VALUES_METADATA_DELTA_BODY: [MetadataDeltaBody; 7] = [
   MetadataDeltaBody::TopicCreatedDelta,
   MetadataDeltaBody::TopicDeletedDelta,
   MetadataDeltaBody::PartitionChangedDelta,
+  MetadataDeltaBody::TopicConfigChangedDelta,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -30,9 +31,10 @@ impl MetadataDeltaBody {
   pub const TopicCreatedDelta: Self = Self(4);
   pub const TopicDeletedDelta: Self = Self(5);
   pub const PartitionChangedDelta: Self = Self(6);
+  pub const TopicConfigChangedDelta: Self = Self(7);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 6;
+  pub const ENUM_MAX: u8 = 7;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::BrokerRegisteredDelta,
@@ -41,6 +43,7 @@ impl MetadataDeltaBody {
     Self::TopicCreatedDelta,
     Self::TopicDeletedDelta,
     Self::PartitionChangedDelta,
+    Self::TopicConfigChangedDelta,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -52,6 +55,7 @@ impl MetadataDeltaBody {
       Self::TopicCreatedDelta => Some("TopicCreatedDelta"),
       Self::TopicDeletedDelta => Some("TopicDeletedDelta"),
       Self::PartitionChangedDelta => Some("PartitionChangedDelta"),
+      Self::TopicConfigChangedDelta => Some("TopicConfigChangedDelta"),
       _ => None,
     }
   }

@@ -150,6 +150,21 @@ impl<'a> MetadataDelta<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn body_as_topic_config_changed_delta(&self) -> Option<TopicConfigChangedDelta<'a>> {
+    if self.body_type() == MetadataDeltaBody::TopicConfigChangedDelta {
+      self.body().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { TopicConfigChangedDelta::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl ::flatbuffers::Verifiable for MetadataDelta<'_> {
@@ -167,6 +182,7 @@ impl ::flatbuffers::Verifiable for MetadataDelta<'_> {
           MetadataDeltaBody::TopicCreatedDelta => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<TopicCreatedDelta>>("MetadataDeltaBody::TopicCreatedDelta", pos),
           MetadataDeltaBody::TopicDeletedDelta => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<TopicDeletedDelta>>("MetadataDeltaBody::TopicDeletedDelta", pos),
           MetadataDeltaBody::PartitionChangedDelta => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<PartitionChangedDelta>>("MetadataDeltaBody::PartitionChangedDelta", pos),
+          MetadataDeltaBody::TopicConfigChangedDelta => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<TopicConfigChangedDelta>>("MetadataDeltaBody::TopicConfigChangedDelta", pos),
           _ => Ok(()),
         }
      })?
@@ -265,6 +281,13 @@ impl ::core::fmt::Debug for MetadataDelta<'_> {
         },
         MetadataDeltaBody::PartitionChangedDelta => {
           if let Some(x) = self.body_as_partition_changed_delta() {
+            ds.field("body", &x)
+          } else {
+            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        MetadataDeltaBody::TopicConfigChangedDelta => {
+          if let Some(x) = self.body_as_topic_config_changed_delta() {
             ds.field("body", &x)
           } else {
             ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
