@@ -457,3 +457,70 @@ fn a_corrupt_segment_fails_the_pass_and_changes_nothing() {
         );
     });
 }
+
+/// A follower copies a compacted leader's batches as they are: a batch that
+/// starts past its log end (a hole) and a batch emptied by compaction are
+/// appended, read back in order and survive a restart.
+#[test]
+fn a_replica_appends_across_a_compacted_hole() {
+    run(async {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Rc::new(ManualClock::new(1_000_000));
+        let log = open(dir.path(), config(), &clock).await;
+        let stamped = |records: &[(u8, bool)], base: i64, tag: u64| {
+            let (mut bytes, _) = keyed_batch(records, 30, tag % 2 == 0, 1_000_000, tag);
+            protocol::record_batch::stamp(&mut bytes, Offset(base), LeaderEpoch(2));
+            bytes
+        };
+        // Offsets 0..=2, then the leader's batch 3..=5 was dropped whole, then
+        // 6..=8 with only its last record kept, then an emptied 9..=10.
+        log.append_replica(&stamped(&[(1, false), (2, false), (3, false)], 0, 1))
+            .await
+            .unwrap();
+        let full = stamped(&[(4, false), (5, false), (6, false)], 6, 2);
+        let parsed = RecordBatch::parse(&full, 1 << 20).unwrap();
+        let protocol::Retained::Rewritten(shortened) =
+            protocol::record_batch::retain_records(&parsed, 1 << 20, 1, |r| r.offset == Offset(8))
+                .unwrap()
+        else {
+            panic!("records were dropped");
+        };
+        let info = log.append_replica(&shortened).await.unwrap();
+        assert_eq!(
+            (info.base_offset, info.log_end_offset),
+            (Offset(6), Offset(9))
+        );
+        let two = stamped(&[(7, false), (8, false)], 9, 3);
+        let parsed = RecordBatch::parse(&two, 1 << 20).unwrap();
+        let protocol::Retained::Rewritten(emptied) =
+            protocol::record_batch::retain_records(&parsed, 1 << 20, 1, |_| false).unwrap()
+        else {
+            panic!("records were dropped");
+        };
+        log.append_replica(&emptied).await.unwrap();
+        assert_eq!(log.log_end_offset(), Offset(11));
+        let error = log
+            .append_replica(&stamped(&[(9, false)], 10, 4))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, broker::log::LogError::NonContiguousReplica { .. }),
+            "{error}"
+        );
+        log.close().await.unwrap();
+        drop(log);
+        let log = open(dir.path(), config(), &clock).await;
+        let offsets: Vec<i64> = read_all(&log).await.into_iter().map(|(o, _)| o).collect();
+        assert_eq!(offsets, vec![0, 1, 2, 8]);
+        // A read that starts in the hole gets the next batch.
+        let fetched = log
+            .read(Offset(4), 1 << 20, log.log_end_offset())
+            .await
+            .unwrap();
+        let first = RecordBatch::parse_prefix(&fetched.bytes, 1 << 20)
+            .unwrap()
+            .0;
+        assert_eq!(first.header().base_offset, Offset(6));
+        assert_eq!(log.log_end_offset(), Offset(11));
+    });
+}
