@@ -123,6 +123,18 @@ fn keyed_batch(
     (builder.build().unwrap(), written)
 }
 
+/// One pass over everything cleanable up to the log end, with room for
+/// `map_entries` keys.
+fn pass(log: &PartitionLog, map_entries: usize, stop_swap_after: Option<SwapStep>) -> CleanRequest {
+    CleanRequest {
+        end_limit: log.log_end_offset(),
+        map_memory_bytes: map_entries * broker::log::compaction::OFFSET_MAP_ENTRY_BYTES,
+        io_bytes_per_sec_max: 0,
+        zstd_level: 1,
+        stop_swap_after,
+    }
+}
+
 /// Every record the log serves, from its start to its end, in order.
 async fn read_all(log: &PartitionLog) -> Vec<(i64, Written)> {
     let mut out = Vec::new();
@@ -242,13 +254,7 @@ async fn run_ops(ops: Vec<Op>) {
                 // Everything appended is on disk, so a crash in the swap
                 // loses only what the swap itself was doing.
                 log.flush().await.unwrap();
-                let request = CleanRequest {
-                    end_limit: log.log_end_offset(),
-                    map_memory_bytes: map_entries * broker::log::compaction::OFFSET_MAP_ENTRY_BYTES,
-                    io_bytes_per_sec_max: 0,
-                    zstd_level: 1,
-                    stop_swap_after: crash_at,
-                };
+                let request = pass(&log, map_entries, crash_at);
                 let report = log.clean(&request).await.unwrap();
                 removable_before_ms = removable_before_ms.max(clock.now_ms() - LAG_MS + 1);
                 assert!(!report.abandoned);
@@ -314,16 +320,7 @@ fn one_pass_leaves_each_keys_final_value() {
         log.flush().await.unwrap();
         let size_before = log.size_bytes();
         let active_base = *log.segment_bases().last().unwrap();
-        let report = log
-            .clean(&CleanRequest {
-                end_limit: log.log_end_offset(),
-                map_memory_bytes: 1 << 20,
-                io_bytes_per_sec_max: 0,
-                zstd_level: 1,
-                stop_swap_after: None,
-            })
-            .await
-            .unwrap();
+        let report = log.clean(&pass(&log, 1 << 15, None)).await.unwrap();
         assert!(report.segments_rewritten > 1, "{report:?}");
         assert!(report.records_removed > 0);
         assert!(log.size_bytes() < size_before);
@@ -428,16 +425,7 @@ fn a_corrupt_segment_fails_the_pass_and_changes_nothing() {
         std::fs::write(&second, &bytes).unwrap();
         let log = open(dir.path(), config, &clock).await;
         let bases = log.segment_bases();
-        let error = log
-            .clean(&CleanRequest {
-                end_limit: log.log_end_offset(),
-                map_memory_bytes: 1 << 20,
-                io_bytes_per_sec_max: 0,
-                zstd_level: 1,
-                stop_swap_after: None,
-            })
-            .await
-            .unwrap_err();
+        let error = log.clean(&pass(&log, 1 << 15, None)).await.unwrap_err();
         assert!(
             matches!(error, broker::log::LogError::Corrupt { .. }),
             "{error}"
@@ -468,7 +456,7 @@ fn a_replica_appends_across_a_compacted_hole() {
         let clock = Rc::new(ManualClock::new(1_000_000));
         let log = open(dir.path(), config(), &clock).await;
         let stamped = |records: &[(u8, bool)], base: i64, tag: u64| {
-            let (mut bytes, _) = keyed_batch(records, 30, tag % 2 == 0, 1_000_000, tag);
+            let (mut bytes, _) = keyed_batch(records, 30, tag.is_multiple_of(2), 1_000_000, tag);
             protocol::record_batch::stamp(&mut bytes, Offset(base), LeaderEpoch(2));
             bytes
         };

@@ -102,6 +102,23 @@ pub fn metadata_response(body: &[u8]) -> Result<ClusterMetadata> {
 
 // ---- Admin ----
 
+fn config_entries<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    configs: &[(String, String)],
+) -> flatbuffers::WIPOffset<
+    flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<wire::ConfigEntry<'a>>>,
+> {
+    let entries: Vec<_> = configs
+        .iter()
+        .map(|(k, v)| {
+            let key = Some(fbb.create_string(k));
+            let value = Some(fbb.create_string(v));
+            wire::ConfigEntry::create(fbb, &wire::ConfigEntryArgs { key, value })
+        })
+        .collect();
+    fbb.create_vector(&entries)
+}
+
 pub fn create_topics_request(
     name: &str,
     partitions: i32,
@@ -109,15 +126,7 @@ pub fn create_topics_request(
     configs: &[(String, String)],
 ) -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
-    let entries: Vec<_> = configs
-        .iter()
-        .map(|(k, v)| {
-            let key = Some(fbb.create_string(k));
-            let value = Some(fbb.create_string(v));
-            wire::ConfigEntry::create(&mut fbb, &wire::ConfigEntryArgs { key, value })
-        })
-        .collect();
-    let configs = Some(fbb.create_vector(&entries));
+    let configs = Some(config_entries(&mut fbb, configs));
     let name = Some(fbb.create_string(name));
     let topic = wire::CreateTopic::create(
         &mut fbb,
@@ -178,15 +187,7 @@ pub fn alter_topic_configs_request(
     remove: &[String],
 ) -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
-    let entries: Vec<_> = set
-        .iter()
-        .map(|(k, v)| {
-            let key = Some(fbb.create_string(k));
-            let value = Some(fbb.create_string(v));
-            wire::ConfigEntry::create(&mut fbb, &wire::ConfigEntryArgs { key, value })
-        })
-        .collect();
-    let set = Some(fbb.create_vector(&entries));
+    let set = Some(config_entries(&mut fbb, set));
     let removed: Vec<_> = remove.iter().map(|k| fbb.create_string(k)).collect();
     let remove = Some(fbb.create_vector(&removed));
     let name = Some(fbb.create_string(name));

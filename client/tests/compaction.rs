@@ -19,7 +19,6 @@ mod real_quorum;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -126,16 +125,29 @@ async fn write_updates(bootstrap: &str, topic: &str) -> BTreeMap<String, Option<
 /// Every record of partition 0 from the earliest offset to the end offset:
 /// (offset, key, value).
 async fn read_back(bootstrap: &str, topic: &str) -> Vec<(i64, String, Option<String>)> {
-    let mut consumer = Consumer::connect(
-        bootstrap,
-        ClientConfig::default(),
-        ConsumerConfig::default(),
-    )
-    .await
-    .unwrap();
-    let partitions = consumer.assign(topic, Some(&[0])).await.unwrap();
-    let ends = consumer.end_offsets(topic, &partitions).await.unwrap();
-    consumer.seek(topic, 0, SeekTo::Earliest).await.unwrap();
+    // A broker just restarted may still be opening its logs: retry the set-up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut consumer, ends) = loop {
+        let attempt = async {
+            let mut consumer = Consumer::connect(
+                bootstrap,
+                ClientConfig::default(),
+                ConsumerConfig::default(),
+            )
+            .await?;
+            let partitions = consumer.assign(topic, Some(&[0])).await?;
+            let ends = consumer.end_offsets(topic, &partitions).await?;
+            consumer.seek(topic, 0, SeekTo::Earliest).await?;
+            Ok::<_, client::ClientError>((consumer, ends))
+        };
+        match attempt.await {
+            Ok(ready) => break ready,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "consumer set-up: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while consumer.position(topic, 0).unwrap_or(0) < ends[&0] {
@@ -226,21 +238,6 @@ fn wait_compacted(port: u16, topic: &str, log: impl Fn() -> String) {
     }
 }
 
-fn verify_log(dir: &Path) {
-    let output = Command::new(real_broker::broker_binary())
-        .arg("verify-log")
-        .arg(dir)
-        .output()
-        .expect("verify-log runs");
-    assert!(
-        output.status.success(),
-        "verify-log {}:\n{}{}",
-        dir.display(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 fn partition_dir(data_dir: &Path, topic: &str) -> std::path::PathBuf {
     data_dir.join("topics").join(format!("{topic}-0"))
 }
@@ -314,7 +311,7 @@ fn a_consumer_after_compaction_sees_each_keys_final_value_once() {
     let read = runtime.block_on(read_back(&bootstrap, "kv"));
     assert_final_values_once(&read, &finals);
     broker.stop();
-    verify_log(&partition_dir(&data, "kv"));
+    real_broker::verify_log(&partition_dir(&data, "kv"));
     let broker = RealBroker::start_node(&data, port, 1, 1, &["--config", &config]);
     let read = runtime.block_on(read_back(&broker.bootstrap(), "kv"));
     assert_final_values_once(&read, &finals);
@@ -399,7 +396,7 @@ fn compacted_replicas_serve_each_final_value_after_the_leader_is_killed() {
         brokers.stop(id);
     }
     for id in 1..=3u32 {
-        verify_log(&partition_dir(brokers.data_dir(id), "kv3"));
+        real_broker::verify_log(&partition_dir(brokers.data_dir(id), "kv3"));
     }
 }
 
@@ -465,7 +462,7 @@ fn kill9_at_every_swap_step_loses_no_final_value() {
         let read = runtime.block_on(read_back(&broker.bootstrap(), "kv"));
         assert_final_values_once(&read, &finals);
         broker.stop();
-        verify_log(&partition_dir(&data, "kv"));
+        real_broker::verify_log(&partition_dir(&data, "kv"));
     }
 }
 

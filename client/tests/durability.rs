@@ -13,7 +13,6 @@ mod real_broker;
 mod real_cluster;
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
 use bytes::Bytes;
 use client::{Acks, Admin, ClientConfig, Producer, ProducerConfig};
@@ -119,21 +118,6 @@ fn check_read_back(read: &[(i64, String)], acked: &BTreeSet<String>, what: &str)
     );
 }
 
-fn verify_log(dir: &std::path::Path) {
-    let output = Command::new(real_broker::broker_binary())
-        .arg("verify-log")
-        .arg(dir)
-        .output()
-        .expect("verify-log runs");
-    assert!(
-        output.status.success(),
-        "verify-log {}:\n{}{}",
-        dir.display(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 #[test]
 fn acks1_records_survive_kill9_right_after_the_acknowledgement() {
     const RECORDS: usize = 50_000;
@@ -185,7 +169,7 @@ fn segments_rolling_under_concurrent_appends_leave_a_valid_log() {
         })
         .count();
     assert!(segments > 100, "the run rolled often: {segments} segments");
-    verify_log(&partition_dir);
+    real_broker::verify_log(&partition_dir);
     let broker = RealBroker::start_node(&data, port, 1, 1, &[]);
     let read = read_back(&broker.bootstrap(), topic);
     check_read_back(&read, &acked, "after a clean stop");

@@ -165,3 +165,20 @@ impl Drop for RealBroker {
         self.kill9();
     }
 }
+
+/// Runs `ringlog-broker verify-log` on a partition directory and fails the
+/// test with its report unless the log is valid.
+pub fn verify_log(dir: &Path) {
+    let output = Command::new(broker_binary())
+        .arg("verify-log")
+        .arg(dir)
+        .output()
+        .expect("verify-log runs");
+    assert!(
+        output.status.success(),
+        "verify-log {}:\n{}{}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -17,7 +17,7 @@ use crate::log::compaction::{
 };
 use crate::log::config::STORED_BATCH_BYTES_MAX;
 use crate::log::error::{LogError, LogResult};
-use crate::log::scan::{ScanDepth, ScanError, SegmentScanner};
+use crate::log::scan::{ScanDepth, SegmentScanner};
 use crate::log::segment::{
     remove_if_exists, segment_path, write_small_file, Segment, INDEX_SUFFIX, LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -238,25 +238,24 @@ impl PartitionLog {
         Ok(report)
     }
 
-    fn segment_file(&self, base: Offset) -> Option<DirectFile> {
-        self.state
+    /// A full, CRC-checking scan of the closed segment `view` describes;
+    /// `None` when it is no longer a closed segment of this log.
+    fn closed_segment_scanner(&self, view: &SegmentView) -> Option<SegmentScanner> {
+        let file = self
+            .state
             .borrow()
             .segments
             .iter()
-            .find(|s| s.base == base && s.tail.is_none())
-            .and_then(|s| s.file.clone())
-    }
-
-    fn scan_failure(&self, base: Offset, error: ScanError) -> LogError {
-        let path = segment_path(&self.dir, base, LOG_SUFFIX);
-        match error {
-            ScanError::Io(e) => LogError::io(path, e),
-            ScanError::Corrupt { position, reason } => LogError::Corrupt {
-                path,
-                position,
-                reason,
-            },
-        }
+            .find(|s| s.base == view.base && s.tail.is_none())
+            .and_then(|s| s.file.clone())?;
+        Some(SegmentScanner::new(
+            file,
+            view.size_bytes,
+            0,
+            Some(view.base),
+            STORED_BATCH_BYTES_MAX,
+            ScanDepth::Crc,
+        ))
     }
 
     /// Fills `map` from the dirty part, in offset order, until it is full.
@@ -273,21 +272,13 @@ impl PartitionLog {
             .iter()
             .filter(|v| v.next_offset > plan.dirty_start && v.next_offset <= plan.cleanable_end);
         for view in dirty {
-            let Some(file) = self.segment_file(view.base) else {
+            let Some(mut scanner) = self.closed_segment_scanner(view) else {
                 return Ok(None);
             };
-            let mut scanner = SegmentScanner::new(
-                file,
-                view.size_bytes,
-                0,
-                Some(view.base),
-                STORED_BATCH_BYTES_MAX,
-                ScanDepth::Crc,
-            );
             while let Some(batch) = scanner
                 .next()
                 .await
-                .map_err(|e| self.scan_failure(view.base, e))?
+                .map_err(|e| self.scan_error(view.base, e))?
             {
                 let header = batch.header;
                 report.bytes_read += header.total_bytes() as u64;
@@ -457,21 +448,13 @@ impl PartitionLog {
         let mut pending_empty: Option<(Vec<u8>, protocol::BatchHeader)> = None;
         let mut removed = 0u64;
         for view in sources {
-            let Some(file) = self.segment_file(view.base) else {
+            let Some(mut scanner) = self.closed_segment_scanner(view) else {
                 return Ok(None);
             };
-            let mut scanner = SegmentScanner::new(
-                file,
-                view.size_bytes,
-                0,
-                Some(view.base),
-                STORED_BATCH_BYTES_MAX,
-                ScanDepth::Crc,
-            );
             while let Some(batch) = scanner
                 .next()
                 .await
-                .map_err(|e| self.scan_failure(view.base, e))?
+                .map_err(|e| self.scan_error(view.base, e))?
             {
                 let header = batch.header;
                 let bytes = scanner.last_bytes();
