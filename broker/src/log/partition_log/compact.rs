@@ -71,7 +71,8 @@ enum GroupOutcome {
 /// Paces the pass's I/O to a byte rate.
 struct Throttle {
     bytes_per_sec_max: u64,
-    started_ms: i64,
+    /// Monotonic: a wall-clock jump must not stall or unleash the cleaner.
+    started: std::time::Duration,
     bytes: u64,
 }
 
@@ -83,7 +84,11 @@ impl Throttle {
             return;
         }
         let due_ms = (self.bytes.saturating_mul(1000) / self.bytes_per_sec_max) as i64;
-        let elapsed_ms = log.clock.now_ms() - self.started_ms;
+        let elapsed_ms = log
+            .clock
+            .monotonic()
+            .saturating_sub(self.started)
+            .as_millis() as i64;
         if due_ms > elapsed_ms {
             runtime::sleep(std::time::Duration::from_millis(
                 (due_ms - elapsed_ms) as u64,
@@ -195,7 +200,7 @@ impl PartitionLog {
         report.plan = Some(plan);
         let mut throttle = Throttle {
             bytes_per_sec_max: request.io_bytes_per_sec_max,
-            started_ms: now_ms,
+            started: self.clock.monotonic(),
             bytes: 0,
         };
         let mut map = OffsetMap::with_memory_bytes(request.map_memory_bytes);
