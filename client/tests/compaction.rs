@@ -10,7 +10,10 @@
 //! - a topic created with the delete policy and turned compacted later
 //!   (AlterTopicConfigs through the controller) is compacted; invalid
 //!   changes and unknown topics are refused; a removed key falls back to the
-//!   broker default.
+//!   broker default;
+//! - a corrupt segment makes only its partition uncleanable (logged, exported
+//!   as a metric), leaves its files untouched, and neither the shard nor
+//!   another compacted partition stops.
 
 mod real_broker;
 mod real_cluster;
@@ -535,4 +538,61 @@ fn config_of<'a>(description: &'a client::TopicDescription, key: &str) -> Option
         .iter()
         .find(|(k, _)| k == key)
         .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn a_corrupt_segment_makes_only_its_partition_uncleanable() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let port = free_port_block(1);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // Both topics written with the cleaner idle, then one damaged on disk.
+    let idle = cleaner_config(root.path(), 3_600_000);
+    let mut writer = RealBroker::start_node(&data, port, 1, 1, &["--config", &idle]);
+    let finals: Vec<_> = ["damaged", "healthy"]
+        .into_iter()
+        .map(|topic| {
+            runtime.block_on(create(&writer.bootstrap(), topic, 1));
+            runtime.block_on(write_updates(&writer.bootstrap(), topic))
+        })
+        .collect();
+    writer.stop();
+    let first = partition_dir(&data, "damaged").join(format!("{:020}.log", 0));
+    let mut bytes = std::fs::read(&first).unwrap();
+    bytes[200] ^= 0xff;
+    std::fs::write(&first, &bytes).unwrap();
+    let config = cleaner_config(root.path(), 200);
+    let broker = RealBroker::start_node(&data, port, 1, 1, &["--config", &config]);
+    wait_compacted(port, "healthy", || broker.log());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(port + 64, "ringlog_cleaner_uncleanable", "damaged") != Some(1.0) {
+        assert!(
+            Instant::now() < deadline,
+            "the damaged partition is marked uncleanable:\n{}",
+            broker.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(metric(port + 64, "ringlog_cleaner_errors_total", "damaged").unwrap_or(0.0) >= 1.0);
+    assert_eq!(
+        metric(port + 64, "ringlog_cleaner_uncleanable", "healthy"),
+        Some(0.0)
+    );
+    assert!(broker
+        .log()
+        .contains("compaction failed; the partition is uncleanable"));
+    // Nothing of the damaged partition was replaced or staged.
+    assert_eq!(std::fs::read(&first).unwrap(), bytes);
+    let staged = std::fs::read_dir(partition_dir(&data, "damaged"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.ends_with(".cleaned") || name.ends_with(".swap")
+        });
+    assert!(!staged, "no staged compaction files left");
+    // The healthy topic serves its final values; the shard still takes writes.
+    let read = runtime.block_on(read_back(&broker.bootstrap(), "healthy"));
+    assert_final_values_once(&read, &finals[1]);
+    runtime.block_on(write_updates(&broker.bootstrap(), "damaged"));
 }

@@ -1213,6 +1213,9 @@ impl PartitionLog {
             let latest_epoch = rebuilt.segment.latest_epoch;
             *state.segments.back_mut().expect("segment") = rebuilt.segment;
             state.latest_epoch = latest_epoch;
+            // Records appended after the cut are dirty, wherever the last
+            // pass ended.
+            state.cleaned_to = state.cleaned_to.min(new_end);
         }
         Ok(new_end)
     }
