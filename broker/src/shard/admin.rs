@@ -18,29 +18,18 @@ impl Shard {
     pub(super) async fn create_topics(self: &Rc<Self>, specs: Vec<TopicSpec>) -> Vec<TopicOutcome> {
         assert_eq!(self.id, METADATA_SHARD, "topic admin runs on shard 0");
         let _gate = self.admin_gate.enter().await;
-        let mut outcomes: Vec<TopicOutcome> = Vec::with_capacity(specs.len());
-        let mut valid = Vec::new();
-        for spec in specs {
-            let error = spec
-                .validate(&self.config.log)
-                .err()
-                .map(|e| OpError::new(e.code, e.message));
-            if error.is_none() {
-                valid.push(spec.clone());
-            }
-            outcomes.push(TopicOutcome {
-                name: spec.name,
-                error,
-            });
-        }
+        let (mut outcomes, valid) = check_each(
+            specs,
+            |s| &s.name,
+            |spec| {
+                spec.validate(&self.config.log)
+                    .err()
+                    .map(|e| OpError::new(e.code, e.message))
+            },
+        );
         if !valid.is_empty() {
             let forwarded = controller_link::forward_create(self, &valid).await;
-            let created: Vec<String> = forwarded
-                .iter()
-                .filter(|o| o.error.is_none())
-                .map(|o| o.name.clone())
-                .collect();
-            merge_outcomes(&mut outcomes, forwarded);
+            let created = merge_outcomes(&mut outcomes, forwarded);
             self.await_view(|view| created.iter().all(|name| view.topic(name).is_some()))
                 .await;
         }
@@ -72,11 +61,11 @@ impl Shard {
     ) -> Vec<TopicOutcome> {
         assert_eq!(self.id, METADATA_SHARD, "topic admin runs on shard 0");
         let _gate = self.admin_gate.enter().await;
-        let mut outcomes: Vec<TopicOutcome> = Vec::with_capacity(specs.len());
-        let mut valid = Vec::new();
         let mut expected = Vec::new();
-        for spec in specs {
-            let error = match self.view.borrow().topic(&spec.name) {
+        let (mut outcomes, valid) = check_each(
+            specs,
+            |s| &s.name,
+            |spec| match self.view.borrow().topic(&spec.name) {
                 None => Some(OpError::new(
                     ErrorCode::UnknownTopicOrPartition,
                     format!("unknown topic {}", spec.name),
@@ -104,23 +93,11 @@ impl Shard {
                         Err(e) => Some(e),
                     }
                 }
-            };
-            if error.is_none() {
-                valid.push(spec.clone());
-            }
-            outcomes.push(TopicOutcome {
-                name: spec.name,
-                error,
-            });
-        }
+            },
+        );
         if !valid.is_empty() {
             let forwarded = controller_link::forward_alter_configs(self, &valid).await;
-            let altered: Vec<String> = forwarded
-                .iter()
-                .filter(|o| o.error.is_none())
-                .map(|o| o.name.clone())
-                .collect();
-            merge_outcomes(&mut outcomes, forwarded);
+            let altered = merge_outcomes(&mut outcomes, forwarded);
             expected.retain(|(name, _)| altered.contains(name));
             self.await_view(|view| {
                 expected
@@ -149,8 +126,36 @@ impl Shard {
     }
 }
 
-/// Puts the controller's answers for the forwarded topics into `outcomes`.
-fn merge_outcomes(outcomes: &mut [TopicOutcome], forwarded: Vec<TopicOutcome>) {
+/// One outcome per spec (failed where `check` says why), and the specs that
+/// passed, to forward.
+fn check_each<S: Clone>(
+    specs: Vec<S>,
+    name: impl Fn(&S) -> &String,
+    mut check: impl FnMut(&S) -> Option<OpError>,
+) -> (Vec<TopicOutcome>, Vec<S>) {
+    let mut outcomes = Vec::with_capacity(specs.len());
+    let mut valid = Vec::new();
+    for spec in specs {
+        let error = check(&spec);
+        outcomes.push(TopicOutcome {
+            name: name(&spec).clone(),
+            error: error.clone(),
+        });
+        if error.is_none() {
+            valid.push(spec);
+        }
+    }
+    (outcomes, valid)
+}
+
+/// Puts the controller's answers for the forwarded topics into `outcomes`;
+/// returns the names it accepted.
+fn merge_outcomes(outcomes: &mut [TopicOutcome], forwarded: Vec<TopicOutcome>) -> Vec<String> {
+    let accepted = forwarded
+        .iter()
+        .filter(|o| o.error.is_none())
+        .map(|o| o.name.clone())
+        .collect();
     for answer in forwarded {
         if let Some(slot) = outcomes
             .iter_mut()
@@ -159,4 +164,5 @@ fn merge_outcomes(outcomes: &mut [TopicOutcome], forwarded: Vec<TopicOutcome>) {
             slot.error = answer.error;
         }
     }
+    accepted
 }

@@ -394,17 +394,18 @@ impl PartitionLog {
         stamp: Stamp,
         still_valid: Option<&dyn Fn() -> bool>,
     ) -> LogResult<AppendInfo> {
-        let parsed = RecordBatch::parse(batch, self.config().batch_bytes_max)?;
+        // One copy of the settings for the whole append (`set_config` may
+        // replace them while it waits).
+        let config = self.config();
+        let parsed = RecordBatch::parse(batch, config.batch_bytes_max)?;
         let header = *parsed.header();
         if let Stamp::Leader(_) = stamp {
             header.check_producer_batch()?;
-            if self.config().cleanup_policy.compact && !header.is_control() {
-                self.check_keyed(&parsed)?;
+            if config.cleanup_policy.compact && !header.is_control() {
+                Self::check_keyed(&parsed, config.decompressed_bytes_max)?;
             }
         }
-        while self.state.borrow().unwritten_bytes() + batch.len()
-            > self.config().unwritten_bytes_max
-        {
+        while self.state.borrow().unwritten_bytes() + batch.len() > config.unwritten_bytes_max {
             let _gate = self.io_gate.enter().await;
             self.write_out(false).await?;
         }
@@ -457,7 +458,7 @@ impl PartitionLog {
             created_ms: active.created_ms,
         };
         if policy::should_roll(
-            &self.config(),
+            &config,
             summary,
             batch.len() as u64,
             stored.next_offset(),
@@ -471,7 +472,7 @@ impl PartitionLog {
             .copy_from_slice(&base.0.to_be_bytes());
         stamped_prefix[field::PARTITION_LEADER_EPOCH..field::PARTITION_LEADER_EPOCH + 4]
             .copy_from_slice(&epoch.0.to_be_bytes());
-        let interval = self.config().index_interval_bytes;
+        let interval = config.index_interval_bytes;
         let active = state.active_mut();
         let tail = active.tail.as_mut().expect("active segment has a tail");
         tail.append(&stamped_prefix);
@@ -491,8 +492,8 @@ impl PartitionLog {
 
     /// Compaction keeps the latest record per key, so a compacted log takes
     /// only records with a key (Kafka refuses them the same way).
-    fn check_keyed(&self, batch: &RecordBatch<'_>) -> LogResult<()> {
-        let section = batch.records_section(self.config().decompressed_bytes_max)?;
+    fn check_keyed(batch: &RecordBatch<'_>, decompressed_bytes_max: usize) -> LogResult<()> {
+        let section = batch.records_section(decompressed_bytes_max)?;
         for record in section.iter() {
             if record?.key.is_none() {
                 return Err(LogError::InvalidRecord(
