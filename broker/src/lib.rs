@@ -6,6 +6,7 @@ pub mod batch_cache;
 pub mod clock;
 pub mod cluster_view;
 pub mod config;
+pub mod group;
 pub mod handlers;
 pub mod log;
 pub mod metrics;

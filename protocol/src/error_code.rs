@@ -34,10 +34,38 @@ pub enum ErrorCode {
     /// A record the topic cannot take, such as one without a key on a
     /// compacted topic; the message names the reason.
     InvalidRecord = 23,
+    /// The request for a consumer group reached a broker that is not its
+    /// coordinator; find the coordinator again and retry.
+    NotCoordinator = 24,
+    /// The coordinator is still loading its groups from `__consumer_offsets`.
+    CoordinatorLoadInProgress = 25,
+    /// No broker leads the group's `__consumer_offsets` partition right now.
+    CoordinatorNotAvailable = 26,
+    /// The group has no member with this id (it left, or its session expired).
+    UnknownMemberId = 27,
+    /// The member's epoch is not the coordinator's: the member must rejoin
+    /// with epoch 0, giving up its partitions.
+    FencedMemberEpoch = 28,
+    /// An offset commit carried an older member epoch and a partition the
+    /// member no longer owns.
+    StaleMemberEpoch = 29,
+    /// No such group.
+    GroupIdNotFound = 30,
+    /// The operation needs a group without members.
+    NonEmptyGroup = 31,
+    /// A group id that is empty or too long.
+    InvalidGroupId = 32,
+    /// The group already has `MEMBERS_PER_GROUP_MAX` members.
+    GroupMaxSizeReached = 33,
+    /// The member asked for an assignor the coordinator does not have.
+    UnsupportedAssignor = 34,
+    /// Offsets of a topic that a member of the group subscribes to cannot be
+    /// deleted.
+    GroupSubscribedToTopic = 35,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 24] = [
+    const ALL: [ErrorCode; 36] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -62,6 +90,18 @@ impl ErrorCode {
         ErrorCode::NotController,
         ErrorCode::NotEnoughReplicasAfterAppend,
         ErrorCode::InvalidRecord,
+        ErrorCode::NotCoordinator,
+        ErrorCode::CoordinatorLoadInProgress,
+        ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::UnknownMemberId,
+        ErrorCode::FencedMemberEpoch,
+        ErrorCode::StaleMemberEpoch,
+        ErrorCode::GroupIdNotFound,
+        ErrorCode::NonEmptyGroup,
+        ErrorCode::InvalidGroupId,
+        ErrorCode::GroupMaxSizeReached,
+        ErrorCode::UnsupportedAssignor,
+        ErrorCode::GroupSubscribedToTopic,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -92,6 +132,9 @@ impl ErrorCode {
                 | ErrorCode::ShuttingDown
                 | ErrorCode::StorageError
                 | ErrorCode::NotController
+                | ErrorCode::NotCoordinator
+                | ErrorCode::CoordinatorLoadInProgress
+                | ErrorCode::CoordinatorNotAvailable
         )
     }
 
@@ -121,6 +164,18 @@ impl ErrorCode {
             ErrorCode::NotController => "NOT_CONTROLLER",
             ErrorCode::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
             ErrorCode::InvalidRecord => "INVALID_RECORD",
+            ErrorCode::NotCoordinator => "NOT_COORDINATOR",
+            ErrorCode::CoordinatorLoadInProgress => "COORDINATOR_LOAD_IN_PROGRESS",
+            ErrorCode::CoordinatorNotAvailable => "COORDINATOR_NOT_AVAILABLE",
+            ErrorCode::UnknownMemberId => "UNKNOWN_MEMBER_ID",
+            ErrorCode::FencedMemberEpoch => "FENCED_MEMBER_EPOCH",
+            ErrorCode::StaleMemberEpoch => "STALE_MEMBER_EPOCH",
+            ErrorCode::GroupIdNotFound => "GROUP_ID_NOT_FOUND",
+            ErrorCode::NonEmptyGroup => "NON_EMPTY_GROUP",
+            ErrorCode::InvalidGroupId => "INVALID_GROUP_ID",
+            ErrorCode::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
+            ErrorCode::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
+            ErrorCode::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
         }
     }
 }

@@ -62,6 +62,36 @@ id_newtype!(
     MetadataVersion(u64)
 );
 
+id_newtype!(
+    /// Epoch of a consumer group: bumped whenever its members, their
+    /// subscriptions or the partitions of the topics they subscribe to change,
+    /// and stamped on the target assignment computed for that state.
+    GroupEpoch(i32)
+);
+id_newtype!(
+    /// Epoch of one member of a consumer group: the group epoch of the target
+    /// assignment the member has reconciled to. 0 asks to join, -1 leaves,
+    /// -2 leaves for a while (a static member); a request carrying another
+    /// member epoch than the coordinator's is fenced.
+    MemberEpoch(i32)
+);
+
+impl GroupEpoch {
+    pub fn next(self) -> GroupEpoch {
+        GroupEpoch(self.0.checked_add(1).expect("group epoch overflow"))
+    }
+}
+
+impl MemberEpoch {
+    /// Sent by a member that wants to join (or rejoin after being fenced).
+    pub const JOIN: MemberEpoch = MemberEpoch(0);
+    /// Sent by a member that leaves the group for good.
+    pub const LEAVE: MemberEpoch = MemberEpoch(-1);
+    /// Sent by a static member that leaves and means to come back: its
+    /// partitions stay its own until its session times out.
+    pub const LEAVE_STATIC: MemberEpoch = MemberEpoch(-2);
+}
+
 impl LeaderEpoch {
     /// Epoch overflow is a bug: an epoch is bumped once per leader change.
     pub fn next(self) -> LeaderEpoch {

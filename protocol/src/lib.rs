@@ -32,8 +32,8 @@ pub use generated::ringlog::wire;
 pub use api::ApiKey;
 pub use error_code::ErrorCode;
 pub use ids::{
-    BrokerEpoch, BrokerId, LeaderEpoch, MetadataVersion, Offset, PartitionEpoch, PartitionIndex,
-    ProducerEpoch, ProducerId, Sequence, ShardIndex, TopicId,
+    BrokerEpoch, BrokerId, GroupEpoch, LeaderEpoch, MemberEpoch, MetadataVersion, Offset,
+    PartitionEpoch, PartitionIndex, ProducerEpoch, ProducerId, Sequence, ShardIndex, TopicId,
 };
 pub use record_batch::{
     BatchBuilder, BatchError, BatchHeader, Compression, Record, RecordBatch, RecordHeader,

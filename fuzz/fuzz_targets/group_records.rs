@@ -1,0 +1,22 @@
+//! Proves that no stored bytes make the `__consumer_offsets` record decoder
+//! panic, and that whatever it accepts encodes back to the same record.
+//!
+//! A coordinator loads these records from disk when it takes over a
+//! partition; a corrupt one must come back as a `RecordError`.
+#![no_main]
+
+use broker::group::records::GroupRecord;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&split, rest)) = data.split_first() else { return };
+    let split = usize::from(split).min(rest.len());
+    let (key, value) = rest.split_at(split);
+    for value in [None, Some(value)] {
+        if let Ok(record) = GroupRecord::decode(key, value) {
+            let key = record.encode_key();
+            let value = record.encode_value();
+            assert_eq!(GroupRecord::decode(&key, value.as_deref()), Ok(record));
+        }
+    }
+});
