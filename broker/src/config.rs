@@ -69,6 +69,76 @@ pub struct BrokerConfig {
     pub log: LogConfig,
     /// What each shard's log cleaner (compaction) may use.
     pub cleaner: CleanerConfig,
+    /// Consumer group coordination and `__consumer_offsets`.
+    pub groups: GroupsConfig,
+}
+
+/// Consumer groups: the internal topic that holds them and how commits are
+/// kept. Read when `__consumer_offsets` is first created (on the first
+/// FindCoordinator) and by every coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupsConfig {
+    /// Partitions of `__consumer_offsets`, fixed at its creation: groups
+    /// spread over them by CRC-32C of the group id. Default 50, within
+    /// `1..=OFFSETS_TOPIC_PARTITIONS_MAX`.
+    pub offsets_topic_partitions: u32,
+    /// Replication factor of `__consumer_offsets`, lowered to the number of
+    /// live brokers at creation. Default 3.
+    pub offsets_topic_replication_factor: u16,
+    /// Segment size of `__consumer_offsets` (kept small so compaction keeps
+    /// loading fast). Default 100 MiB.
+    pub offsets_topic_segment_bytes: u64,
+    /// Offsets of a group without members are deleted this long after its
+    /// last commit. Default 7 days (10080 minutes).
+    pub offsets_retention_minutes: u64,
+    /// How long a commit (or any group change) waits to be replicated before
+    /// the request fails with REQUEST_TIMED_OUT. Default 5 s.
+    pub offsets_commit_timeout_ms: u64,
+}
+
+pub const OFFSETS_TOPIC_PARTITIONS_MAX: u32 = 1000;
+
+impl Default for GroupsConfig {
+    fn default() -> GroupsConfig {
+        GroupsConfig {
+            offsets_topic_partitions: 50,
+            offsets_topic_replication_factor: 3,
+            offsets_topic_segment_bytes: 100 << 20,
+            offsets_retention_minutes: 7 * 24 * 60,
+            offsets_commit_timeout_ms: 5_000,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileGroupsConfig {
+    pub offsets_topic_partitions: Option<u32>,
+    pub offsets_topic_replication_factor: Option<u16>,
+    pub offsets_topic_segment_bytes: Option<u64>,
+    pub offsets_retention_minutes: Option<u64>,
+    pub offsets_commit_timeout_ms: Option<u64>,
+}
+
+fn groups_config(file: FileGroupsConfig) -> GroupsConfig {
+    let d = GroupsConfig::default();
+    GroupsConfig {
+        offsets_topic_partitions: file
+            .offsets_topic_partitions
+            .unwrap_or(d.offsets_topic_partitions),
+        offsets_topic_replication_factor: file
+            .offsets_topic_replication_factor
+            .unwrap_or(d.offsets_topic_replication_factor),
+        offsets_topic_segment_bytes: file
+            .offsets_topic_segment_bytes
+            .unwrap_or(d.offsets_topic_segment_bytes),
+        offsets_retention_minutes: file
+            .offsets_retention_minutes
+            .unwrap_or(d.offsets_retention_minutes),
+        offsets_commit_timeout_ms: file
+            .offsets_commit_timeout_ms
+            .unwrap_or(d.offsets_commit_timeout_ms),
+    }
 }
 
 /// Bounds of each shard's log cleaner.
@@ -148,6 +218,7 @@ pub struct FileConfig {
     pub replica_lag_time_max_ms: Option<u64>,
     pub log: Option<FileLogConfig>,
     pub cleaner: Option<FileCleanerConfig>,
+    pub groups: Option<FileGroupsConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -205,6 +276,7 @@ impl FileConfig {
                 .or(self.replica_lag_time_max_ms),
             log: overrides.log.or(self.log),
             cleaner: overrides.cleaner.or(self.cleaner),
+            groups: overrides.groups.or(self.groups),
         }
     }
 }
@@ -315,6 +387,7 @@ impl BrokerConfig {
             replica_lag_time_max_ms: file.replica_lag_time_max_ms.unwrap_or(10_000),
             log: log_config(file.log.unwrap_or_default())?,
             cleaner: cleaner_config(file.cleaner.unwrap_or_default()),
+            groups: groups_config(file.groups.unwrap_or_default()),
         };
         config.validate()?;
         Ok(config)
@@ -331,6 +404,31 @@ impl BrokerConfig {
         }
         if self.cleaner.backoff_ms == 0 {
             return bad("cleaner.backoff_ms", "must be positive");
+        }
+        let g = &self.groups;
+        if !(1..=OFFSETS_TOPIC_PARTITIONS_MAX).contains(&g.offsets_topic_partitions) {
+            return bad(
+                "groups.offsets_topic_partitions",
+                format!("must be within 1..={OFFSETS_TOPIC_PARTITIONS_MAX}"),
+            );
+        }
+        if g.offsets_topic_replication_factor == 0 {
+            return bad(
+                "groups.offsets_topic_replication_factor",
+                "must be positive",
+            );
+        }
+        if g.offsets_topic_segment_bytes < 1 << 20 {
+            return bad(
+                "groups.offsets_topic_segment_bytes",
+                "must be at least 1 MiB",
+            );
+        }
+        if g.offsets_retention_minutes == 0 || g.offsets_commit_timeout_ms == 0 {
+            return bad(
+                "groups",
+                "offsets_retention_minutes and offsets_commit_timeout_ms must be positive",
+            );
         }
         if self.frame_size_bytes_max < 1024 || self.frame_size_bytes_max > 1 << 30 {
             return bad("frame_size_bytes_max", "must be within 1 KiB..=1 GiB");

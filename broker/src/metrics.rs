@@ -41,6 +41,27 @@ pub struct ShardMetrics {
     cleaner_bytes_written: Cell<u64>,
     cleaner_records_removed: Cell<u64>,
     cleaner_errors: Cell<u64>,
+    group_records_written: Cell<u64>,
+    group_offset_commits: Cell<u64>,
+    group_epoch_bumps: Cell<u64>,
+}
+
+/// What this shard's group coordinators report: groups by state, and per
+/// group and partition the committed offset and, when this shard leads the
+/// partition, the lag in records below its high watermark.
+#[derive(Clone, Debug, Default)]
+pub struct GroupGauges {
+    pub groups_by_state: BTreeMap<&'static str, u64>,
+    pub committed: Vec<CommittedGauge>,
+}
+
+#[derive(Clone, Debug)]
+pub struct CommittedGauge {
+    pub group: String,
+    pub topic: String,
+    pub partition: u32,
+    pub offset: i64,
+    pub lag_records: Option<i64>,
 }
 
 /// A compacted partition's cleaning state, for the metrics.
@@ -140,6 +161,26 @@ impl ShardMetrics {
         self.cleaner_errors.set(self.cleaner_errors.get() + 1);
     }
 
+    /// Group records a coordinator wrote: all of them, the offset commits
+    /// among them and the new group epochs (each a rebalance).
+    pub fn on_group_records(&self, records: &[crate::group::records::GroupRecord]) {
+        use crate::group::records::GroupRecord;
+        let commits = records
+            .iter()
+            .filter(|r| matches!(r, GroupRecord::Offset { value: Some(_), .. }))
+            .count();
+        let bumps = records
+            .iter()
+            .filter(|r| matches!(r, GroupRecord::Group { value: Some(_), .. }))
+            .count();
+        self.group_records_written
+            .set(self.group_records_written.get() + records.len() as u64);
+        self.group_offset_commits
+            .set(self.group_offset_commits.get() + commits as u64);
+        self.group_epoch_bumps
+            .set(self.group_epoch_bumps.get() + bumps as u64);
+    }
+
     /// This shard's metrics in Prometheus text format (without HELP/TYPE
     /// headers, which the endpoint writes once for all shards).
     pub fn render(
@@ -147,6 +188,7 @@ impl ShardMetrics {
         shard: usize,
         log_end_offsets: &BTreeMap<PartitionKey, i64>,
         cleaning: &BTreeMap<PartitionKey, CleanerGauges>,
+        groups: &GroupGauges,
         cache_bytes: usize,
     ) -> String {
         let mut out = String::new();
@@ -205,6 +247,18 @@ impl ShardMetrics {
                 self.cleaner_records_removed.get(),
             ),
             ("ringlog_cleaner_errors_total", self.cleaner_errors.get()),
+            (
+                "ringlog_group_records_written_total",
+                self.group_records_written.get(),
+            ),
+            (
+                "ringlog_group_offset_commits_total",
+                self.group_offset_commits.get(),
+            ),
+            (
+                "ringlog_group_rebalances_total",
+                self.group_epoch_bumps.get(),
+            ),
         ];
         for (name, value) in counters {
             let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {value}");
@@ -215,6 +269,26 @@ impl ShardMetrics {
                 "ringlog_log_end_offset{{shard=\"{shard}\",topic=\"{}\",partition=\"{}\"}} {end}",
                 key.topic, key.partition
             );
+        }
+        for (state, count) in &groups.groups_by_state {
+            let _ = writeln!(
+                out,
+                "ringlog_groups{{shard=\"{shard}\",state=\"{state}\"}} {count}"
+            );
+        }
+        for g in &groups.committed {
+            let labels = format!(
+                "shard=\"{shard}\",group=\"{}\",topic=\"{}\",partition=\"{}\"",
+                g.group, g.topic, g.partition
+            );
+            let _ = writeln!(
+                out,
+                "ringlog_group_committed_offset{{{labels}}} {}",
+                g.offset
+            );
+            if let Some(lag) = g.lag_records {
+                let _ = writeln!(out, "ringlog_group_lag_records{{{labels}}} {lag}");
+            }
         }
         for (key, gauges) in cleaning {
             let labels = format!(

@@ -181,6 +181,7 @@ async fn run_shard(
             net::serve_listener(shard.clone(), own, "shard"),
         ),
         runtime::spawn_in(TaskClass::Background, shard.clone().run_maintenance()),
+        runtime::spawn_in(TaskClass::Background, shard.clone().run_group_ticks()),
     ]);
     // Cancelled rather than awaited at stop: a pass may take long, and one
     // cut short leaves only files that the next open removes or finishes.

@@ -71,7 +71,39 @@ fuzz_target!(|data: &[u8]| {
                 let _ = describe.name();
             }
         }
-        Some(ApiKey::ApiVersions) | Some(ApiKey::ListTopics) | None => {}
+        Some(ApiKey::FindCoordinator) => {
+            let _ = root::<wire::FindCoordinatorRequest>(body).map(|r| r.group_id());
+        }
+        Some(ApiKey::GroupHeartbeat) => {
+            if let Ok(r) = root::<wire::GroupHeartbeatRequest>(body) {
+                let _ = r.subscribed_topics().map(|t| t.iter().count());
+                for tp in r.owned().into_iter().flatten() {
+                    let _ = tp.partitions().map(|p| p.iter().sum::<i32>());
+                }
+            }
+        }
+        Some(ApiKey::OffsetCommit) => {
+            if let Ok(r) = root::<wire::OffsetCommitRequest>(body) {
+                for topic in r.topics().into_iter().flatten() {
+                    let _ = topic.partitions().map(|p| p.iter().map(|x| x.offset()).sum::<i64>());
+                }
+            }
+        }
+        Some(ApiKey::OffsetFetch) => {
+            if let Ok(r) = root::<wire::OffsetFetchRequest>(body) {
+                let _ = r.topics().map(|t| t.iter().count());
+            }
+        }
+        Some(ApiKey::DescribeGroup) => {
+            let _ = root::<wire::DescribeGroupRequest>(body).map(|r| r.group_id());
+        }
+        Some(ApiKey::DeleteGroup) => {
+            let _ = root::<wire::DeleteGroupRequest>(body).map(|r| r.group_id());
+        }
+        Some(ApiKey::DeleteGroupOffsets) => {
+            let _ = root::<wire::DeleteGroupOffsetsRequest>(body).map(|r| r.topic());
+        }
+        Some(ApiKey::ApiVersions) | Some(ApiKey::ListTopics) | Some(ApiKey::ListGroups) | None => {}
         #[allow(unreachable_patterns)]
         Some(_) => {}
     }

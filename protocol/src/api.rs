@@ -17,10 +17,20 @@ pub enum ApiKey {
     /// Served by brokers (forwarded to the controller) and by controllers;
     /// numbered after the controller's keys, which share the number space.
     AlterTopicConfigs = 17,
+    /// Served by any broker: where a consumer group's coordinator is.
+    FindCoordinator = 18,
+    /// The rest of the group APIs are served by the group's coordinator.
+    GroupHeartbeat = 19,
+    OffsetCommit = 20,
+    OffsetFetch = 21,
+    ListGroups = 22,
+    DescribeGroup = 23,
+    DeleteGroup = 24,
+    DeleteGroupOffsets = 25,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 10] = [
+    pub const ALL: [ApiKey; 18] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -31,6 +41,14 @@ impl ApiKey {
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::AlterTopicConfigs,
+        ApiKey::FindCoordinator,
+        ApiKey::GroupHeartbeat,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::ListGroups,
+        ApiKey::DescribeGroup,
+        ApiKey::DeleteGroup,
+        ApiKey::DeleteGroupOffsets,
     ];
 
     pub fn from_u16(key: u16) -> Option<ApiKey> {
@@ -54,6 +72,14 @@ impl ApiKey {
             ApiKey::Fetch => "fetch",
             ApiKey::ListOffsets => "list_offsets",
             ApiKey::AlterTopicConfigs => "alter_topic_configs",
+            ApiKey::FindCoordinator => "find_coordinator",
+            ApiKey::GroupHeartbeat => "group_heartbeat",
+            ApiKey::OffsetCommit => "offset_commit",
+            ApiKey::OffsetFetch => "offset_fetch",
+            ApiKey::ListGroups => "list_groups",
+            ApiKey::DescribeGroup => "describe_group",
+            ApiKey::DeleteGroup => "delete_group",
+            ApiKey::DeleteGroupOffsets => "delete_group_offsets",
         }
     }
 }

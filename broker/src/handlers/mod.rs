@@ -6,10 +6,12 @@
 mod admin;
 mod api_versions;
 pub mod fetch;
+mod groups;
 mod list_offsets;
 mod metadata;
 mod produce;
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -40,7 +42,11 @@ pub(crate) enum Reply {
 pub(crate) type HandlerResult = Result<Reply, String>;
 
 /// Decodes and answers one request frame (the bytes after the length prefix).
-pub async fn handle(shard: &Rc<Shard>, frame: &Bytes) -> (Option<ApiKey>, Outcome) {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    frame: &Bytes,
+    peer: SocketAddr,
+) -> (Option<ApiKey>, Outcome) {
     let request = match decode_request(frame) {
         Ok(r) => r,
         Err(e) => return (None, Outcome::Close(format!("bad request frame: {e}"))),
@@ -76,6 +82,14 @@ pub async fn handle(shard: &Rc<Shard>, frame: &Bytes) -> (Option<ApiKey>, Outcom
         ApiKey::Produce => produce::handle(shard, request.body, frame, request.payload).await,
         ApiKey::Fetch => fetch::handle(shard, request.body).await,
         ApiKey::ListOffsets => list_offsets::handle(shard, request.body).await,
+        ApiKey::FindCoordinator => groups::find_coordinator(shard, request.body).await,
+        ApiKey::GroupHeartbeat => groups::heartbeat(shard, request.body, peer).await,
+        ApiKey::OffsetCommit => groups::offset_commit(shard, request.body).await,
+        ApiKey::OffsetFetch => groups::offset_fetch(shard, request.body).await,
+        ApiKey::ListGroups => groups::list_groups(shard).await,
+        ApiKey::DescribeGroup => groups::describe_group(shard, request.body).await,
+        ApiKey::DeleteGroup => groups::delete_group(shard, request.body).await,
+        ApiKey::DeleteGroupOffsets => groups::delete_group_offsets(shard, request.body).await,
     };
     let outcome = match result {
         Ok(Reply::Body { body, payload }) => {

@@ -41,6 +41,16 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 # TYPE ringlog_cleaner_seconds_since_last_pass gauge
 # HELP ringlog_cleaner_uncleanable 1 when a cleaner error stopped compaction of the partition until restart.
 # TYPE ringlog_cleaner_uncleanable gauge
+# HELP ringlog_groups Consumer groups this shard coordinates, by state.
+# TYPE ringlog_groups gauge
+# TYPE ringlog_group_records_written_total counter
+# TYPE ringlog_group_offset_commits_total counter
+# HELP ringlog_group_rebalances_total New group epochs (membership or subscription changes).
+# TYPE ringlog_group_rebalances_total counter
+# HELP ringlog_group_committed_offset Committed offset of a group on a partition.
+# TYPE ringlog_group_committed_offset gauge
+# HELP ringlog_group_lag_records High watermark minus committed offset, where the coordinator's shard also leads the partition; elsewhere ringlog_log_end_offset minus ringlog_group_committed_offset.
+# TYPE ringlog_group_lag_records gauge
 ";
 
 pub async fn serve_admin(shard: Rc<Shard>, listener: Listener) {

@@ -152,7 +152,7 @@ async fn read_loop(
         let handler_shard = shard.clone();
         let frame = bytes::Bytes::from(frame);
         let task = runtime::spawn(async move {
-            let (api, outcome) = handlers::handle(&handler_shard, &frame).await;
+            let (api, outcome) = handlers::handle(&handler_shard, &frame, peer).await;
             (api, outcome, frame.len() + LENGTH_PREFIX_BYTES, started)
         });
         pipeline.queue.borrow_mut().push_back(Some(task));

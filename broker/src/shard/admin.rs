@@ -12,16 +12,30 @@ use crate::runtime;
 use protocol::control::messages::AlterTopicConfigSpec;
 use protocol::ErrorCode;
 
+use crate::group::OFFSETS_TOPIC;
+
 impl Shard {
     /// Shard 0 only: checks what it can, forwards the rest to the controller,
     /// then waits until this broker's metadata shows each created topic.
+    /// Topics named `__consumer_offsets` are refused: the broker creates it.
     pub(super) async fn create_topics(self: &Rc<Self>, specs: Vec<TopicSpec>) -> Vec<TopicOutcome> {
+        self.create_topics_checked(specs, false).await
+    }
+
+    pub(super) async fn create_topics_checked(
+        self: &Rc<Self>,
+        specs: Vec<TopicSpec>,
+        internal: bool,
+    ) -> Vec<TopicOutcome> {
         assert_eq!(self.id, METADATA_SHARD, "topic admin runs on shard 0");
         let _gate = self.admin_gate.enter().await;
         let (mut outcomes, valid) = check_each(
             specs,
             |s| &s.name,
             |spec| {
+                if spec.name == OFFSETS_TOPIC && !internal {
+                    return Some(internal_topic_refused(&spec.name));
+                }
                 spec.validate(&self.config.log)
                     .err()
                     .map(|e| OpError::new(e.code, e.message))
@@ -41,12 +55,16 @@ impl Shard {
     pub(super) async fn delete_topics(self: &Rc<Self>, names: Vec<String>) -> Vec<TopicOutcome> {
         assert_eq!(self.id, METADATA_SHARD, "topic admin runs on shard 0");
         let _gate = self.admin_gate.enter().await;
-        let outcomes = controller_link::forward_delete(self, &names).await;
-        let deleted: Vec<String> = outcomes
-            .iter()
-            .filter(|o| o.error.is_none())
-            .map(|o| o.name.clone())
-            .collect();
+        let (mut outcomes, names) = check_each(
+            names,
+            |n| n,
+            |name| (name == OFFSETS_TOPIC).then(|| internal_topic_refused(name)),
+        );
+        if names.is_empty() {
+            return outcomes;
+        }
+        let forwarded = controller_link::forward_delete(self, &names).await;
+        let deleted = merge_outcomes(&mut outcomes, forwarded);
         self.await_view(|view| deleted.iter().all(|name| view.topic(name).is_none()))
             .await;
         outcomes
@@ -146,6 +164,13 @@ fn check_each<S: Clone>(
         }
     }
     (outcomes, valid)
+}
+
+fn internal_topic_refused(name: &str) -> OpError {
+    OpError::new(
+        ErrorCode::PolicyViolation,
+        format!("{name} is internal: the brokers create it and it is never deleted"),
+    )
 }
 
 /// Puts the controller's answers for the forwarded topics into `outcomes`;

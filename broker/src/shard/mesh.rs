@@ -93,6 +93,15 @@ pub enum ShardOp {
         broker_epoch: u64,
     },
     RenderMetrics,
+    /// To the shard leading the group's `__consumer_offsets` partition.
+    Group {
+        partition: i32,
+        op: super::GroupOp,
+    },
+    /// The groups of every coordinator on the shard.
+    ListGroups,
+    /// Creates `__consumer_offsets` if it does not exist yet.
+    EnsureOffsetsTopic,
 }
 
 #[derive(Debug)]
@@ -108,6 +117,9 @@ pub enum ShardReply {
     AlterIsr(Result<(Vec<BrokerId>, PartitionEpoch), OpError>),
     Applied,
     Metrics(String),
+    Group(Result<super::GroupAnswer, OpError>),
+    Groups(Vec<crate::group::coordinator::GroupSummary>),
+    Ensured(Result<(), OpError>),
 }
 
 /// A message on the mesh.
@@ -269,6 +281,11 @@ impl Shard {
                 ShardReply::Applied
             }
             ShardOp::RenderMetrics => ShardReply::Metrics(self.render_metrics()),
+            ShardOp::Group { partition, op } => {
+                ShardReply::Group(self.group_call(partition, op).await)
+            }
+            ShardOp::ListGroups => ShardReply::Groups(self.list_local_groups()),
+            ShardOp::EnsureOffsetsTopic => ShardReply::Ensured(self.ensure_offsets_topic().await),
         }
     }
 }

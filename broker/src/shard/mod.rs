@@ -12,7 +12,9 @@
 //! side), `replica` (roles, opening and removing), `reconcile` (metadata to
 //! replicas), `admin` (topic admin on shard 0), `controller_link` (shard 0's
 //! session with the controller), `maintenance` (periodic log work and ISR
-//! checks), `cleaner` (compaction of compacted topics). The decisions they
+//! checks), `cleaner` (compaction of compacted topics), `groups` (the
+//! consumer group coordinators of the `__consumer_offsets` partitions the
+//! shard leads). The decisions they
 //! act on are pure functions in `crate::replication`, `crate::cluster_view`
 //! and `crate::log::compaction`.
 
@@ -23,6 +25,7 @@ mod error;
 mod fetch;
 pub mod fetcher;
 mod follower;
+pub mod groups;
 mod maintenance;
 mod mesh;
 mod produce;
@@ -48,6 +51,7 @@ use crate::runtime::{self, OneshotSender, SerialGate, Watermark};
 use protocol::BrokerId;
 
 pub use error::OpError;
+pub use groups::{GroupAnswer, GroupOp};
 pub use mesh::{
     FetchOutcome, MeshBody, MeshMessage, PartitionDetail, ProduceOutcome, ShardOp, ShardReply,
     TopicOutcome, UNKNOWN_OFFSET,
@@ -108,6 +112,8 @@ pub struct Shard {
     shutting_down: Cell<bool>,
     /// Leader shard endpoints this shard runs a follower fetcher for.
     fetchers: RefCell<std::collections::HashSet<String>>,
+    /// Group coordinators, by the `__consumer_offsets` partition they serve.
+    coordinators: RefCell<HashMap<i32, Rc<groups::CoordinatorSlot>>>,
     stopping: Cell<bool>,
 }
 
@@ -141,6 +147,7 @@ impl Shard {
             serving: Watermark::new(0),
             shutting_down: Cell::new(false),
             fetchers: RefCell::new(std::collections::HashSet::new()),
+            coordinators: RefCell::new(HashMap::new()),
             stopping: Cell::new(false),
         }
     }
@@ -321,6 +328,7 @@ impl Shard {
             self.id,
             &partitions,
             &self.cleaner_gauges(),
+            &self.group_gauges(),
             self.cache.borrow().size_bytes(),
         )
     }
