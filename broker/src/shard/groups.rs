@@ -31,6 +31,8 @@ use crate::runtime::{self, SerialGate};
 pub const GROUP_TICK_MS: u64 = 250;
 /// Uncompressed bytes of group records in one appended batch.
 pub const GROUP_BATCH_BYTES_MAX: usize = 256 << 10;
+/// Pause before loading a partition again after a failed load.
+const LOAD_RETRY_MS: u64 = 1_000;
 /// Bytes read per step while loading a partition.
 const LOAD_READ_BYTES_MAX: usize = 1 << 20;
 
@@ -406,10 +408,14 @@ impl Shard {
                     took_ms,
                     "coordinator loaded"
                 );
+                // Topic changes that arrived while loading.
+                let topics = self.topic_partition_counts();
+                self.run_internal(&slot, |core, now| core.set_topics(topics, now))
+                    .await;
             }
             Err(e) => {
                 tracing::error!(partition = slot.partition, error = %e, "loading the coordinator failed; retrying");
-                runtime::sleep(Duration::from_millis(GROUP_TICK_MS)).await;
+                runtime::sleep(Duration::from_millis(LOAD_RETRY_MS)).await;
                 self.drop_coordinator(&slot);
             }
         }
