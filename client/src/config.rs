@@ -1,5 +1,5 @@
-//! Typed configuration of the client: connection, producer and consumer
-//! settings, each field with its unit, default and bound, validated once when
+//! Typed configuration of the client: connection, producer, consumer and
+//! consumer group settings, each field with its unit, default and bound, validated once when
 //! the component is built. Never read from the environment here.
 
 use std::time::Duration;
@@ -8,6 +8,7 @@ use protocol::frame::{CLIENT_ID_BYTES_MAX, FRAME_SIZE_BYTES_MAX_DEFAULT};
 use protocol::Compression;
 
 use crate::error::{ClientError, Result};
+use crate::group_types::GROUP_ID_BYTES_MAX;
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> ClientError {
     ClientError::InvalidConfig {
@@ -313,5 +314,149 @@ impl ConsumerConfig {
             1_000_000,
         )?;
         check_range("retry_backoff_ms", self.retry_backoff_ms, 0, 60_000)
+    }
+}
+
+/// Consumer group settings (`GroupConsumer`).
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// The group to join (Kafka's `group.id`). Required; 1..=255 bytes.
+    pub group_id: String,
+    /// Makes the member static (Kafka's `group.instance.id`): on close it
+    /// leaves with epoch -2 and keeps its partitions until its session
+    /// ends, so a restart under the same id takes them back without a
+    /// rebalance. Default `None`; 1..=255 bytes when set.
+    pub instance_id: Option<String>,
+    /// The coordinator removes the member after this long without a
+    /// heartbeat; heartbeats are sent from `poll`, so this also bounds the
+    /// time between polls. Default 45 000 ms; 1 000..=300 000.
+    pub session_timeout_ms: u32,
+    /// How long the member may take to give up revoked partitions before
+    /// it is fenced. Default 300 000 ms; 1 000..=3 600 000.
+    pub rebalance_timeout_ms: u32,
+    /// `sticky` or `range`; `None` keeps the group's (sticky for a new group).
+    pub assignor: Option<String>,
+    /// Commit what `poll` returned every `auto_commit_interval_ms`, before
+    /// giving up revoked partitions and on close (Kafka's
+    /// `enable.auto.commit`). Default true.
+    pub enable_auto_commit: bool,
+    /// Default 5 000 ms; 1..=3 600 000.
+    pub auto_commit_interval_ms: u64,
+    /// Commit the positions of revoked partitions before giving them up even
+    /// when auto-commit is off. Default false.
+    pub commit_on_revoke: bool,
+    /// First pause after a failed heartbeat or coordinator lookup, doubled
+    /// per failure in a row. Default 100 ms; 1..=60 000.
+    pub retry_backoff_ms: u64,
+    /// Bound on one such pause. Default 1 000 ms; `retry_backoff_ms`..=60 000.
+    pub retry_backoff_ms_max: u64,
+    /// Bound on one group request (commit, committed offsets, leave),
+    /// finding the coordinator and retries included. Default 30 000 ms;
+    /// 1..=600 000.
+    pub request_wait_ms_max: u64,
+    /// Fetch settings; its `offset_reset` is Kafka's `auto.offset.reset`:
+    /// where a partition without a committed offset starts.
+    pub consumer: ConsumerConfig,
+}
+
+impl Default for GroupConfig {
+    /// Every default but the group id, which must be set.
+    fn default() -> Self {
+        GroupConfig {
+            group_id: String::new(),
+            instance_id: None,
+            session_timeout_ms: 45_000,
+            rebalance_timeout_ms: 300_000,
+            assignor: None,
+            enable_auto_commit: true,
+            auto_commit_interval_ms: 5_000,
+            commit_on_revoke: false,
+            retry_backoff_ms: 100,
+            retry_backoff_ms_max: 1_000,
+            request_wait_ms_max: 30_000,
+            consumer: ConsumerConfig::default(),
+        }
+    }
+}
+
+impl GroupConfig {
+    /// The defaults for `group_id`.
+    pub fn new(group_id: impl Into<String>) -> GroupConfig {
+        GroupConfig {
+            group_id: group_id.into(),
+            ..GroupConfig::default()
+        }
+    }
+
+    pub fn validate(&self, client: &ClientConfig) -> Result<()> {
+        let name_bytes_max = GROUP_ID_BYTES_MAX as u64;
+        check_range("group_id", self.group_id.len() as u64, 1, name_bytes_max)?;
+        if let Some(instance_id) = &self.instance_id {
+            check_range("instance_id", instance_id.len() as u64, 1, name_bytes_max)?;
+        }
+        if let Some(assignor) = &self.assignor {
+            check_range("assignor", assignor.len() as u64, 1, name_bytes_max)?;
+        }
+        check_range(
+            "session_timeout_ms",
+            u64::from(self.session_timeout_ms),
+            1_000,
+            300_000,
+        )?;
+        check_range(
+            "rebalance_timeout_ms",
+            u64::from(self.rebalance_timeout_ms),
+            1_000,
+            3_600_000,
+        )?;
+        check_range(
+            "auto_commit_interval_ms",
+            self.auto_commit_interval_ms,
+            1,
+            3_600_000,
+        )?;
+        check_range("retry_backoff_ms", self.retry_backoff_ms, 1, 60_000)?;
+        check_range(
+            "retry_backoff_ms_max",
+            self.retry_backoff_ms_max,
+            self.retry_backoff_ms,
+            60_000,
+        )?;
+        check_range("request_wait_ms_max", self.request_wait_ms_max, 1, 600_000)?;
+        self.consumer.validate(client)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_config_is_validated_per_field() {
+        // Proves the group defaults are valid once a group id is set, and
+        // that each bad field is refused by name.
+        let client = ClientConfig::default();
+        assert!(GroupConfig::new("g").validate(&client).is_ok());
+        let refused = |config: GroupConfig| match config.validate(&client) {
+            Err(ClientError::InvalidConfig { field, .. }) => field,
+            other => panic!("accepted: {other:?}"),
+        };
+        assert_eq!(refused(GroupConfig::default()), "group_id");
+        let short_session = GroupConfig {
+            session_timeout_ms: 999,
+            ..GroupConfig::new("g")
+        };
+        assert_eq!(refused(short_session), "session_timeout_ms");
+        let empty_instance = GroupConfig {
+            instance_id: Some(String::new()),
+            ..GroupConfig::new("g")
+        };
+        assert_eq!(refused(empty_instance), "instance_id");
+        let backoffs = GroupConfig {
+            retry_backoff_ms: 500,
+            retry_backoff_ms_max: 100,
+            ..GroupConfig::new("g")
+        };
+        assert_eq!(refused(backoffs), "retry_backoff_ms_max");
     }
 }

@@ -2,7 +2,9 @@
 //! endpoints. One fetch is in flight per leader endpoint at a time and the
 //! next one is sent before buffered records are returned (prefetch), so the
 //! network works while the application handles a poll. Positions are the
-//! consumer's own; there are no groups or committed offsets yet.
+//! consumer's own; `GroupConsumer` (group.rs) builds consumer groups on top
+//! of it, assigning, pausing and unassigning partitions as its coordinator
+//! says.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -44,6 +46,8 @@ struct PartitionState {
     /// Bumped by every seek or reset so stale fetch results are dropped.
     generation: u64,
     backoff_until: Option<Instant>,
+    /// A paused partition is neither fetched nor returned by `poll`.
+    paused: bool,
     high_watermark: i64,
     log_start_offset: i64,
     log_end_offset: i64,
@@ -58,6 +62,7 @@ impl PartitionState {
             in_flight: false,
             generation: 0,
             backoff_until: None,
+            paused: false,
             high_watermark: -1,
             log_start_offset: -1,
             log_end_offset: -1,
@@ -78,6 +83,12 @@ impl PartitionState {
             }
         } else {
             assert!(self.buffered.is_empty(), "no records without a position");
+        }
+        if self.paused {
+            assert!(
+                self.buffered.is_empty(),
+                "no records held for a paused partition"
+            );
         }
     }
 }
@@ -108,6 +119,9 @@ pub struct Consumer {
     addresses_in_flight: HashSet<String>,
     records_buffered: usize,
     metadata_stale: bool,
+    /// Source of `PartitionState::generation`: consumer-wide, so a partition
+    /// unassigned and assigned again never takes an old fetch for a new one.
+    generations: u64,
 }
 
 impl Consumer {
@@ -129,6 +143,7 @@ impl Consumer {
             addresses_in_flight: HashSet::new(),
             records_buffered: 0,
             metadata_stale: false,
+            generations: 0,
         })
     }
 
@@ -151,15 +166,73 @@ impl Consumer {
             }
         };
         for &p in &chosen {
-            self.partitions
-                .entry(TopicPartition::new(topic, p))
-                .or_insert_with(PartitionState::new);
+            if let std::collections::btree_map::Entry::Vacant(entry) =
+                self.partitions.entry(TopicPartition::new(topic, p))
+            {
+                self.generations += 1;
+                let mut state = PartitionState::new();
+                state.generation = self.generations;
+                entry.insert(state);
+            }
         }
         Ok(chosen)
     }
 
     pub fn assignment(&self) -> Vec<TopicPartition> {
         self.partitions.keys().cloned().collect()
+    }
+
+    /// Removes partitions from the assignment, dropping their buffered
+    /// records; the result of a fetch in flight for them is ignored.
+    /// Partitions not assigned are skipped.
+    pub fn unassign(&mut self, partitions: &[TopicPartition]) {
+        for tp in partitions {
+            if let Some(state) = self.partitions.remove(tp) {
+                self.records_buffered -= state.buffered.len();
+            }
+        }
+    }
+
+    /// Stops fetching and returning records of an assigned partition until
+    /// `resume`. Its buffered records are dropped and fetched again after
+    /// `resume`, so a paused partition holds no memory and never counts
+    /// against `buffered_records_max`. Its position does not move.
+    pub fn pause(&mut self, topic: &str, partition: i32) -> Result<()> {
+        let tp = TopicPartition::new(topic, partition);
+        let position = self.assigned(&tp)?.position;
+        if let Some(position) = position {
+            self.set_position(&tp, position);
+        }
+        let state = self.partitions.get_mut(&tp).expect("checked above");
+        state.paused = true;
+        state.check_invariants();
+        Ok(())
+    }
+
+    /// Fetches and returns records of a paused partition again.
+    pub fn resume(&mut self, topic: &str, partition: i32) -> Result<()> {
+        let tp = TopicPartition::new(topic, partition);
+        self.assigned(&tp)?;
+        self.partitions.get_mut(&tp).expect("checked above").paused = false;
+        Ok(())
+    }
+
+    /// The paused partitions, in order.
+    pub fn paused(&self) -> Vec<TopicPartition> {
+        self.partitions
+            .iter()
+            .filter(|(_, s)| s.paused)
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
+    fn assigned(&self, tp: &TopicPartition) -> Result<&PartitionState> {
+        self.partitions
+            .get(tp)
+            .ok_or_else(|| ClientError::UnknownPartition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            })
     }
 
     /// Offset of the next record `poll` returns for the partition; `None`
@@ -213,7 +286,8 @@ impl Consumer {
         state.buffered.clear();
         state.position = Some(offset);
         state.fetch_offset = offset;
-        state.generation += 1;
+        self.generations += 1;
+        state.generation = self.generations;
         state.backoff_until = None;
         state.check_invariants();
     }
@@ -241,85 +315,40 @@ impl Consumer {
         partitions: &[i32],
         timestamp_ms: i64,
     ) -> Result<BTreeMap<i32, i64>> {
-        let mut found = BTreeMap::new();
-        let mut last_error = None;
-        for attempt in 0..LIST_OFFSETS_ATTEMPTS_MAX {
-            let missing: Vec<i32> = partitions
-                .iter()
-                .copied()
-                .filter(|p| !found.contains_key(p))
-                .collect();
-            if missing.is_empty() {
-                return Ok(found);
-            }
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(self.config.retry_backoff_ms)).await;
-                self.cluster.refresh_metadata().await?;
-            }
-            match self
-                .list_offsets_once(topic, &missing, timestamp_ms, &mut found)
-                .await
-            {
-                Ok(()) => {}
-                Err(error) if error.is_retriable() => last_error = Some(error),
-                Err(error) => return Err(error),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| ClientError::UnknownTopic(topic.to_owned())))
-    }
-
-    async fn list_offsets_once(
-        &self,
-        topic: &str,
-        partitions: &[i32],
-        timestamp_ms: i64,
-        found: &mut BTreeMap<i32, i64>,
-    ) -> Result<()> {
-        let metadata = self.cluster.metadata();
-        let mut by_address: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
-        for &p in partitions {
-            let address = metadata.leader_address(topic, p)?;
-            by_address
-                .entry(address)
-                .or_default()
-                .push((p, timestamp_ms));
-        }
-        let mut first_error = None;
-        for (address, entries) in by_address {
-            let body = messages::list_offsets_request(topic, &entries);
-            let response = self
-                .cluster
-                .request_to(&address, ApiKey::ListOffsets, &body, &[])
-                .await?;
-            for (partition, error, offset) in
-                messages::list_offsets_response(response.body(), topic)?
-            {
-                if error.is_ok() {
-                    found.insert(partition, offset);
-                } else if first_error.is_none() {
-                    first_error = Some(ClientError::broker(error, None));
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        list_offsets(
+            &self.cluster,
+            topic,
+            partitions,
+            timestamp_ms,
+            self.config_retry_backoff(),
+        )
+        .await
     }
 
     /// Returns buffered records, or waits up to `timeout` for some; an empty
     /// vector means none arrived in time. Each call also keeps one fetch in
     /// flight per leader endpoint.
+    ///
+    /// Cancel safe: records leave the buffer only in the step that returns
+    /// them, and every await either changes nothing (a metadata refresh, a
+    /// list-offsets lookup) or is a fetch task that goes on without it, so
+    /// dropping the future loses no record and keeps every position.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         let deadline = Instant::now() + timeout;
         loop {
             if self.metadata_stale {
-                self.metadata_stale = false;
                 // A failed refresh leaves the partitions backing off; the next
                 // round tries again.
                 let _ = self.cluster.refresh_metadata().await;
+                self.metadata_stale = false;
             }
             self.reset_unpositioned().await?;
             self.start_fetches();
             if self.records_buffered > 0 {
-                return Ok(self.drain_buffered());
+                let records = self.drain_buffered();
+                if !records.is_empty() {
+                    return Ok(records);
+                }
             }
             let now = Instant::now();
             if now >= deadline {
@@ -380,6 +409,7 @@ impl Consumer {
         let mut by_address: BTreeMap<String, Vec<FetchEntry>> = BTreeMap::new();
         for (tp, state) in &mut self.partitions {
             if state.in_flight
+                || state.paused
                 || state.position.is_none()
                 || state.backoff_until.is_some_and(|at| at > now)
             {
@@ -510,7 +540,8 @@ impl Consumer {
                         self.records_buffered -= state.buffered.len();
                         state.buffered.clear();
                         state.position = None;
-                        state.generation += 1;
+                        self.generations += 1;
+                        state.generation = self.generations;
                     }
                 }
                 Ok(())
@@ -528,7 +559,7 @@ impl Consumer {
     /// partition, advancing each position past what it returns.
     fn drain_buffered(&mut self) -> Vec<ConsumerRecord> {
         let mut out = Vec::new();
-        for state in self.partitions.values_mut() {
+        for state in self.partitions.values_mut().filter(|s| !s.paused) {
             while out.len() < self.config.poll_records_max {
                 let Some(record) = state.buffered.pop_front() else {
                     break;
@@ -544,6 +575,73 @@ impl Consumer {
         self.records_buffered -= out.len();
         out
     }
+}
+
+/// ListOffsets for `partitions` of `topic`, one request per leader
+/// endpoint, retried over metadata refreshes while the answer is retriable
+/// (at most `LIST_OFFSETS_ATTEMPTS_MAX` rounds, `retry_backoff` apart).
+pub(crate) async fn list_offsets(
+    cluster: &Cluster,
+    topic: &str,
+    partitions: &[i32],
+    timestamp_ms: i64,
+    retry_backoff: Duration,
+) -> Result<BTreeMap<i32, i64>> {
+    let mut found = BTreeMap::new();
+    let mut last_error = None;
+    for attempt in 0..LIST_OFFSETS_ATTEMPTS_MAX {
+        let missing: Vec<i32> = partitions
+            .iter()
+            .copied()
+            .filter(|p| !found.contains_key(p))
+            .collect();
+        if missing.is_empty() {
+            return Ok(found);
+        }
+        if attempt > 0 {
+            tokio::time::sleep(retry_backoff).await;
+            cluster.refresh_metadata().await?;
+        }
+        match list_offsets_once(cluster, topic, &missing, timestamp_ms, &mut found).await {
+            Ok(()) => {}
+            Err(error) if error.is_retriable() => last_error = Some(error),
+            Err(error) => return Err(error),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| ClientError::UnknownTopic(topic.to_owned())))
+}
+
+async fn list_offsets_once(
+    cluster: &Cluster,
+    topic: &str,
+    partitions: &[i32],
+    timestamp_ms: i64,
+    found: &mut BTreeMap<i32, i64>,
+) -> Result<()> {
+    let metadata = cluster.metadata();
+    let mut by_address: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
+    for &p in partitions {
+        let address = metadata.leader_address(topic, p)?;
+        by_address
+            .entry(address)
+            .or_default()
+            .push((p, timestamp_ms));
+    }
+    let mut first_error = None;
+    for (address, entries) in by_address {
+        let body = messages::list_offsets_request(topic, &entries);
+        let response = cluster
+            .request_to(&address, ApiKey::ListOffsets, &body, &[])
+            .await?;
+        for (partition, error, offset) in messages::list_offsets_response(response.body(), topic)? {
+            if error.is_ok() {
+                found.insert(partition, offset);
+            } else if first_error.is_none() {
+                first_error = Some(ClientError::broker(error, None));
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Sends one fetch and decodes every partition's batches.

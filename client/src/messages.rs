@@ -2,13 +2,21 @@
 //! bodies between flatbuffers and the client's own types. The only file of
 //! the library that names `protocol::wire`; it performs no I/O.
 
-use bytes::Bytes;
-use protocol::flatbuffers::{self, FlatBufferBuilder, WIPOffset};
-use protocol::frame::payload_range;
-use protocol::{wire, ErrorCode};
+use std::collections::{BTreeMap, BTreeSet};
 
+use bytes::Bytes;
+use protocol::flatbuffers::{self, FlatBufferBuilder, ForwardsUOffset, Vector, WIPOffset};
+use protocol::frame::payload_range;
+use protocol::{wire, ErrorCode, GroupEpoch, MemberEpoch};
+
+use crate::accumulator::TopicPartition;
 use crate::admin::{PartitionDescription, TopicDescription, TopicSummary};
 use crate::error::{ClientError, Result};
+use crate::group_types::{
+    CommittedOffset, CoordinatorInfo, GroupDescription, GroupListing, GroupMemberDescription,
+    HeartbeatRequest, HeartbeatResponse, GROUP_LISTINGS_MAX, GROUP_MEMBERS_MAX,
+    GROUP_PARTITIONS_MAX,
+};
 use crate::metadata::{
     BrokerMetadata, ClusterMetadata, PartitionMetadata, ShardEndpoint, TopicMetadata,
 };
@@ -607,4 +615,798 @@ pub fn describe_cluster_response(body: &[u8]) -> Result<ClusterDescription> {
         controllers,
         brokers,
     })
+}
+
+// ---- Consumer groups ----
+
+fn malformed(what: &str, reason: impl std::fmt::Display) -> ClientError {
+    ClientError::MalformedResponse(format!("{what}: {reason}"))
+}
+
+/// A response's top-level error code and message as a `Result`.
+fn check_error(raw: u16, message: Option<&str>) -> Result<()> {
+    match code(raw) {
+        ErrorCode::None => Ok(()),
+        error => Err(ClientError::broker(
+            error,
+            message.filter(|m| !m.is_empty()).map(str::to_owned),
+        )),
+    }
+}
+
+type TopicPartitionsVector<'a> = Vector<'a, ForwardsUOffset<wire::TopicPartitions<'a>>>;
+
+/// Partitions grouped by topic, topics in name order.
+fn topic_partitions_vector<'a, 'p>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    partitions: impl IntoIterator<Item = &'p TopicPartition>,
+) -> WIPOffset<TopicPartitionsVector<'a>> {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in partitions {
+        by_topic.entry(&tp.topic).or_default().push(tp.partition);
+    }
+    let entries: Vec<_> = by_topic
+        .iter()
+        .map(|(topic, indexes)| {
+            let topic = Some(fbb.create_string(topic));
+            let partitions = Some(fbb.create_vector(indexes));
+            wire::TopicPartitions::create(fbb, &wire::TopicPartitionsArgs { topic, partitions })
+        })
+        .collect();
+    fbb.create_vector(&entries)
+}
+
+fn topic_partitions_from(
+    list: Option<TopicPartitionsVector<'_>>,
+    what: &str,
+) -> Result<BTreeSet<TopicPartition>> {
+    let mut out = BTreeSet::new();
+    for entry in list.iter().flatten() {
+        let topic = entry
+            .topic()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| malformed(what, "a topic without a name"))?;
+        for partition in entry.partitions().iter().flatten() {
+            if partition < 0 {
+                return Err(malformed(
+                    what,
+                    format!("partition {partition} of `{topic}`"),
+                ));
+            }
+            if out.len() >= GROUP_PARTITIONS_MAX {
+                return Err(malformed(
+                    what,
+                    format!("more than {GROUP_PARTITIONS_MAX} partitions"),
+                ));
+            }
+            out.insert(TopicPartition::new(topic, partition));
+        }
+    }
+    Ok(out)
+}
+
+fn strings_from(list: Option<Vector<'_, ForwardsUOffset<&str>>>) -> Vec<String> {
+    list.iter().flatten().map(str::to_owned).collect()
+}
+
+fn optional_string(text: Option<&str>) -> Option<String> {
+    text.filter(|t| !t.is_empty()).map(str::to_owned)
+}
+
+/// Committed offsets (CommittedTopic lists) of OffsetFetch and
+/// DescribeGroup; entries with offset -1 (nothing committed) are left out.
+fn committed_from<'a>(
+    topics: Option<Vector<'a, ForwardsUOffset<wire::CommittedTopic<'a>>>>,
+    what: &str,
+) -> Result<BTreeMap<TopicPartition, CommittedOffset>> {
+    let mut out = BTreeMap::new();
+    let mut seen = 0usize;
+    for topic in topics.iter().flatten() {
+        let name = topic
+            .name()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| malformed(what, "a topic without a name"))?;
+        for p in topic.partitions().iter().flatten() {
+            seen += 1;
+            if seen > GROUP_PARTITIONS_MAX {
+                return Err(malformed(
+                    what,
+                    format!("more than {GROUP_PARTITIONS_MAX} partitions"),
+                ));
+            }
+            if p.partition() < 0 || p.offset() < -1 {
+                return Err(malformed(
+                    what,
+                    format!(
+                        "partition {} of `{name}` at offset {}",
+                        p.partition(),
+                        p.offset()
+                    ),
+                ));
+            }
+            if p.offset() >= 0 {
+                out.insert(
+                    TopicPartition::new(name, p.partition()),
+                    CommittedOffset {
+                        offset: p.offset(),
+                        metadata: p.metadata().unwrap_or_default().to_owned(),
+                        commit_time_ms: p.commit_time_ms(),
+                    },
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub fn find_coordinator_request(group_id: &str) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let group_id = Some(fbb.create_string(group_id));
+    let request = wire::FindCoordinatorRequest::create(
+        &mut fbb,
+        &wire::FindCoordinatorRequestArgs { group_id },
+    );
+    finish(fbb, request)
+}
+
+pub fn find_coordinator_response(body: &[u8]) -> Result<CoordinatorInfo> {
+    const WHAT: &str = "find coordinator response";
+    let response = root::<wire::FindCoordinatorResponse>(body, WHAT)?;
+    check_error(response.error_code(), response.error_message())?;
+    let host = response
+        .host()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| malformed(WHAT, "no host"))?;
+    if response.port() == 0 {
+        return Err(malformed(WHAT, "port 0"));
+    }
+    Ok(CoordinatorInfo {
+        node_id: response.node_id(),
+        host: host.to_owned(),
+        port: response.port(),
+        shard: response.shard(),
+    })
+}
+
+pub fn group_heartbeat_request(request: &HeartbeatRequest) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let subscribed_topics = request.subscribed_topics.as_ref().map(|topics| {
+        let names: Vec<_> = topics.iter().map(|t| fbb.create_string(t)).collect();
+        fbb.create_vector(&names)
+    });
+    let owned = request
+        .owned
+        .as_ref()
+        .map(|owned| topic_partitions_vector(&mut fbb, owned));
+    let group_id = Some(fbb.create_string(&request.group_id));
+    let member_id = Some(fbb.create_string(&request.member_id));
+    let instance_id = request.instance_id.as_deref().map(|i| fbb.create_string(i));
+    let client_id = Some(fbb.create_string(&request.client_id));
+    let assignor = request.assignor.as_deref().map(|a| fbb.create_string(a));
+    let heartbeat = wire::GroupHeartbeatRequest::create(
+        &mut fbb,
+        &wire::GroupHeartbeatRequestArgs {
+            group_id,
+            member_id,
+            member_epoch: request.member_epoch.0,
+            instance_id,
+            client_id,
+            session_timeout_ms: request.session_timeout_ms,
+            rebalance_timeout_ms: request.rebalance_timeout_ms,
+            subscribed_topics,
+            assignor,
+            owned,
+        },
+    );
+    finish(fbb, heartbeat)
+}
+
+/// An absent assignment is an empty one: the field is the member's whole
+/// assignment, never "unchanged".
+pub fn group_heartbeat_response(body: &[u8]) -> Result<HeartbeatResponse> {
+    const WHAT: &str = "group heartbeat response";
+    let response = root::<wire::GroupHeartbeatResponse>(body, WHAT)?;
+    check_error(response.error_code(), response.error_message())?;
+    Ok(HeartbeatResponse {
+        member_id: response.member_id().unwrap_or_default().to_owned(),
+        member_epoch: MemberEpoch(response.member_epoch()),
+        heartbeat_interval_ms: response.heartbeat_interval_ms(),
+        assignment: topic_partitions_from(response.assignment(), WHAT)?,
+    })
+}
+
+/// A member commits with its id and epoch; a tool with an empty id and
+/// `MemberEpoch::LEAVE` (-1), accepted only by a group without members.
+pub fn offset_commit_request(
+    group_id: &str,
+    member_id: &str,
+    member_epoch: MemberEpoch,
+    offsets: &BTreeMap<TopicPartition, i64>,
+) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let mut topics = Vec::new();
+    let mut entries = offsets.iter().peekable();
+    while let Some((first, _)) = entries.peek() {
+        let topic = first.topic.clone();
+        let mut partitions = Vec::new();
+        while let Some((tp, offset)) = entries.next_if(|(tp, _)| tp.topic == topic) {
+            partitions.push(wire::OffsetCommitPartition::create(
+                &mut fbb,
+                &wire::OffsetCommitPartitionArgs {
+                    partition: tp.partition,
+                    offset: *offset,
+                    metadata: None,
+                },
+            ));
+        }
+        let name = Some(fbb.create_string(&topic));
+        let partitions = Some(fbb.create_vector(&partitions));
+        topics.push(wire::OffsetCommitTopic::create(
+            &mut fbb,
+            &wire::OffsetCommitTopicArgs { name, partitions },
+        ));
+    }
+    let topics = Some(fbb.create_vector(&topics));
+    let group_id = Some(fbb.create_string(group_id));
+    let member_id = Some(fbb.create_string(member_id));
+    let request = wire::OffsetCommitRequest::create(
+        &mut fbb,
+        &wire::OffsetCommitRequestArgs {
+            group_id,
+            member_id,
+            member_epoch: member_epoch.0,
+            topics,
+        },
+    );
+    finish(fbb, request)
+}
+
+pub fn offset_commit_response(body: &[u8]) -> Result<()> {
+    let response = root::<wire::OffsetCommitResponse>(body, "offset commit response")?;
+    check_error(response.error_code(), response.error_message())
+}
+
+/// `partitions` `None` asks for every committed offset of the group.
+pub fn offset_fetch_request(group_id: &str, partitions: Option<&[TopicPartition]>) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let topics = partitions.map(|p| topic_partitions_vector(&mut fbb, p));
+    let group_id = Some(fbb.create_string(group_id));
+    let request = wire::OffsetFetchRequest::create(
+        &mut fbb,
+        &wire::OffsetFetchRequestArgs { group_id, topics },
+    );
+    finish(fbb, request)
+}
+
+/// The committed offsets in the answer; partitions without one are absent.
+pub fn offset_fetch_response(body: &[u8]) -> Result<BTreeMap<TopicPartition, CommittedOffset>> {
+    const WHAT: &str = "offset fetch response";
+    let response = root::<wire::OffsetFetchResponse>(body, WHAT)?;
+    check_error(response.error_code(), response.error_message())?;
+    committed_from(response.topics(), WHAT)
+}
+
+pub fn list_groups_request() -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let request = wire::ListGroupsRequest::create(&mut fbb, &wire::ListGroupsRequestArgs {});
+    finish(fbb, request)
+}
+
+pub fn list_groups_response(body: &[u8]) -> Result<Vec<GroupListing>> {
+    const WHAT: &str = "list groups response";
+    let response = root::<wire::ListGroupsResponse>(body, WHAT)?;
+    check_error(response.error_code(), response.error_message())?;
+    let groups = response.groups().unwrap_or_default();
+    if groups.len() > GROUP_LISTINGS_MAX {
+        return Err(malformed(
+            WHAT,
+            format!("more than {GROUP_LISTINGS_MAX} groups"),
+        ));
+    }
+    groups
+        .iter()
+        .map(|g| {
+            Ok(GroupListing {
+                group_id: g
+                    .group_id()
+                    .filter(|id| !id.is_empty())
+                    .ok_or_else(|| malformed(WHAT, "a group without an id"))?
+                    .to_owned(),
+                state: g.state().unwrap_or_default().to_owned(),
+                members: g.members(),
+            })
+        })
+        .collect()
+}
+
+pub fn describe_group_request(group_id: &str) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let group_id = Some(fbb.create_string(group_id));
+    let request =
+        wire::DescribeGroupRequest::create(&mut fbb, &wire::DescribeGroupRequestArgs { group_id });
+    finish(fbb, request)
+}
+
+/// Everything but `partitions`, which is left empty for `Admin` to fill.
+pub fn describe_group_response(body: &[u8]) -> Result<GroupDescription> {
+    const WHAT: &str = "describe group response";
+    let response = root::<wire::DescribeGroupResponse>(body, WHAT)?;
+    check_error(response.error_code(), response.error_message())?;
+    let members = response.members().unwrap_or_default();
+    if members.len() > GROUP_MEMBERS_MAX {
+        return Err(malformed(
+            WHAT,
+            format!("more than {GROUP_MEMBERS_MAX} members"),
+        ));
+    }
+    let members = members
+        .iter()
+        .map(|m| {
+            Ok(GroupMemberDescription {
+                member_id: m
+                    .member_id()
+                    .filter(|id| !id.is_empty())
+                    .ok_or_else(|| malformed(WHAT, "a member without an id"))?
+                    .to_owned(),
+                instance_id: optional_string(m.instance_id()),
+                client_id: m.client_id().unwrap_or_default().to_owned(),
+                client_host: m.client_host().unwrap_or_default().to_owned(),
+                member_epoch: MemberEpoch(m.member_epoch()),
+                state: m.state().unwrap_or_default().to_owned(),
+                subscribed_topics: strings_from(m.subscribed_topics()),
+                assigned: topic_partitions_from(m.assigned(), WHAT)?,
+                pending_revocation: topic_partitions_from(m.pending_revocation(), WHAT)?,
+                target: topic_partitions_from(m.target(), WHAT)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(GroupDescription {
+        group_id: response.group_id().unwrap_or_default().to_owned(),
+        state: response.state().unwrap_or_default().to_owned(),
+        group_epoch: GroupEpoch(response.group_epoch()),
+        target_epoch: GroupEpoch(response.target_epoch()),
+        assignor: response.assignor().unwrap_or_default().to_owned(),
+        members,
+        offsets: committed_from(response.offsets(), WHAT)?,
+        partitions: Vec::new(),
+    })
+}
+
+pub fn delete_group_request(group_id: &str) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let group_id = Some(fbb.create_string(group_id));
+    let request =
+        wire::DeleteGroupRequest::create(&mut fbb, &wire::DeleteGroupRequestArgs { group_id });
+    finish(fbb, request)
+}
+
+pub fn delete_group_response(body: &[u8]) -> Result<()> {
+    let response = root::<wire::DeleteGroupResponse>(body, "delete group response")?;
+    check_error(response.error_code(), response.error_message())
+}
+
+pub fn delete_group_offsets_request(group_id: &str, topic: &str) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let group_id = Some(fbb.create_string(group_id));
+    let topic = Some(fbb.create_string(topic));
+    let request = wire::DeleteGroupOffsetsRequest::create(
+        &mut fbb,
+        &wire::DeleteGroupOffsetsRequestArgs { group_id, topic },
+    );
+    finish(fbb, request)
+}
+
+pub fn delete_group_offsets_response(body: &[u8]) -> Result<()> {
+    let response = root::<wire::DeleteGroupOffsetsResponse>(body, "delete group offsets response")?;
+    check_error(response.error_code(), response.error_message())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(topic: &str, partition: i32) -> TopicPartition {
+        TopicPartition::new(topic, partition)
+    }
+
+    /// Builds a `[TopicPartitions]` the way a coordinator would.
+    fn wire_partitions<'a>(
+        fbb: &mut FlatBufferBuilder<'a>,
+        list: &[(&str, &[i32])],
+    ) -> WIPOffset<TopicPartitionsVector<'a>> {
+        let entries: Vec<_> = list
+            .iter()
+            .map(|(topic, partitions)| {
+                let topic = Some(fbb.create_string(topic));
+                let partitions = Some(fbb.create_vector(partitions));
+                wire::TopicPartitions::create(fbb, &wire::TopicPartitionsArgs { topic, partitions })
+            })
+            .collect();
+        fbb.create_vector(&entries)
+    }
+
+    fn heartbeat_answer(error: ErrorCode, assignment: &[(&str, &[i32])]) -> Vec<u8> {
+        let mut fbb = FlatBufferBuilder::new();
+        let assignment = Some(wire_partitions(&mut fbb, assignment));
+        let member_id = Some(fbb.create_string("m1"));
+        let error_message = Some(fbb.create_string("why"));
+        let response = wire::GroupHeartbeatResponse::create(
+            &mut fbb,
+            &wire::GroupHeartbeatResponseArgs {
+                error_code: error.code(),
+                error_message,
+                member_id,
+                member_epoch: 7,
+                heartbeat_interval_ms: 1_500,
+                assignment,
+            },
+        );
+        finish(fbb, response)
+    }
+
+    #[test]
+    fn heartbeat_request_carries_what_the_member_sets() {
+        // Proves the heartbeat builder writes every field, groups owned
+        // partitions by topic, and leaves "unchanged" fields absent rather
+        // than empty (an empty owned list means "owns nothing").
+        let request = HeartbeatRequest {
+            group_id: "g".into(),
+            member_id: "m1".into(),
+            member_epoch: MemberEpoch(3),
+            instance_id: Some("host-1".into()),
+            client_id: "c".into(),
+            session_timeout_ms: 6_000,
+            rebalance_timeout_ms: 60_000,
+            subscribed_topics: Some(vec!["a".into(), "b".into()]),
+            assignor: None,
+            owned: Some(vec![tp("a", 0), tp("b", 2), tp("a", 1)]),
+        };
+        let body = group_heartbeat_request(&request);
+        let decoded = flatbuffers::root::<wire::GroupHeartbeatRequest>(&body).unwrap();
+        assert_eq!(decoded.group_id(), Some("g"));
+        assert_eq!(decoded.member_id(), Some("m1"));
+        assert_eq!(decoded.member_epoch(), 3);
+        assert_eq!(decoded.instance_id(), Some("host-1"));
+        assert_eq!(decoded.session_timeout_ms(), 6_000);
+        assert_eq!(decoded.rebalance_timeout_ms(), 60_000);
+        assert_eq!(strings_from(decoded.subscribed_topics()), vec!["a", "b"]);
+        assert!(decoded.assignor().is_none());
+        let owned = topic_partitions_from(decoded.owned(), "test").unwrap();
+        assert_eq!(
+            owned.into_iter().collect::<Vec<_>>(),
+            vec![tp("a", 0), tp("a", 1), tp("b", 2)]
+        );
+        assert_eq!(decoded.owned().unwrap().len(), 2, "one entry per topic");
+
+        let leave = HeartbeatRequest {
+            member_epoch: MemberEpoch::LEAVE,
+            instance_id: None,
+            subscribed_topics: None,
+            owned: None,
+            ..request.clone()
+        };
+        let body = group_heartbeat_request(&leave);
+        let decoded = flatbuffers::root::<wire::GroupHeartbeatRequest>(&body).unwrap();
+        assert_eq!(decoded.member_epoch(), -1);
+        assert!(decoded.owned().is_none() && decoded.subscribed_topics().is_none());
+        assert!(decoded.instance_id().is_none());
+        let join = HeartbeatRequest {
+            owned: Some(Vec::new()),
+            ..request
+        };
+        let body = group_heartbeat_request(&join);
+        let decoded = flatbuffers::root::<wire::GroupHeartbeatRequest>(&body).unwrap();
+        assert_eq!(decoded.owned().map(|o| o.len()), Some(0));
+    }
+
+    #[test]
+    fn heartbeat_response_decodes_and_fails_cleanly() {
+        // Proves the answer decodes into the member's whole assignment, an
+        // error code becomes a broker error with its message, and bad input
+        // (negative partition, garbage) is a malformed response.
+        let answer = group_heartbeat_response(&heartbeat_answer(
+            ErrorCode::None,
+            &[("a", &[1, 0]), ("b", &[3])],
+        ))
+        .unwrap();
+        assert_eq!(answer.member_id, "m1");
+        assert_eq!(answer.member_epoch, MemberEpoch(7));
+        assert_eq!(answer.heartbeat_interval_ms, 1_500);
+        assert_eq!(
+            answer.assignment.into_iter().collect::<Vec<_>>(),
+            vec![tp("a", 0), tp("a", 1), tp("b", 3)]
+        );
+        match group_heartbeat_response(&heartbeat_answer(ErrorCode::FencedMemberEpoch, &[])) {
+            Err(ClientError::Broker { code, message }) => {
+                assert_eq!(code, ErrorCode::FencedMemberEpoch);
+                assert_eq!(message.as_deref(), Some("why"));
+            }
+            other => panic!("expected a broker error, got {other:?}"),
+        }
+        assert!(matches!(
+            group_heartbeat_response(&heartbeat_answer(ErrorCode::None, &[("a", &[-1])])),
+            Err(ClientError::MalformedResponse(_))
+        ));
+        assert!(matches!(
+            group_heartbeat_response(&heartbeat_answer(ErrorCode::None, &[("", &[0])])),
+            Err(ClientError::MalformedResponse(_))
+        ));
+        assert!(matches!(
+            group_heartbeat_response(b"\x01\x02"),
+            Err(ClientError::MalformedResponse(_))
+        ));
+        let mut fbb = FlatBufferBuilder::new();
+        let empty = wire::GroupHeartbeatResponse::create(
+            &mut fbb,
+            &wire::GroupHeartbeatResponseArgs {
+                member_epoch: 2,
+                ..Default::default()
+            },
+        );
+        let answer = group_heartbeat_response(&finish(fbb, empty)).unwrap();
+        assert!(answer.assignment.is_empty(), "absent is empty");
+    }
+
+    #[test]
+    fn find_coordinator_round_trip() {
+        // Proves the request names the group, the answer becomes the shard
+        // endpoint, and a missing endpoint or COORDINATOR_NOT_AVAILABLE are
+        // told apart (malformed vs retriable).
+        let body = find_coordinator_request("billing");
+        let decoded = flatbuffers::root::<wire::FindCoordinatorRequest>(&body).unwrap();
+        assert_eq!(decoded.group_id(), Some("billing"));
+        let answer = |error: ErrorCode, host: Option<&str>, port: u16| {
+            let mut fbb = FlatBufferBuilder::new();
+            let host = host.map(|h| fbb.create_string(h));
+            let response = wire::FindCoordinatorResponse::create(
+                &mut fbb,
+                &wire::FindCoordinatorResponseArgs {
+                    error_code: error.code(),
+                    error_message: None,
+                    node_id: 2,
+                    host,
+                    port,
+                    shard: 3,
+                },
+            );
+            finish(fbb, response)
+        };
+        let info =
+            find_coordinator_response(&answer(ErrorCode::None, Some("10.0.0.2"), 9103)).unwrap();
+        assert_eq!(info.address(), "10.0.0.2:9103");
+        assert_eq!((info.node_id, info.shard), (2, 3));
+        assert!(matches!(
+            find_coordinator_response(&answer(ErrorCode::None, None, 9103)),
+            Err(ClientError::MalformedResponse(_))
+        ));
+        assert!(matches!(
+            find_coordinator_response(&answer(ErrorCode::None, Some("h"), 0)),
+            Err(ClientError::MalformedResponse(_))
+        ));
+        let unavailable =
+            find_coordinator_response(&answer(ErrorCode::CoordinatorNotAvailable, None, 0))
+                .unwrap_err();
+        assert!(unavailable.is_retriable());
+    }
+
+    #[test]
+    fn offset_commit_and_fetch_round_trip() {
+        // Proves commits are grouped by topic with the member's id and epoch
+        // (or a tool's empty id and -1), and that fetched offsets of -1
+        // (nothing committed) are left out.
+        let offsets: BTreeMap<TopicPartition, i64> =
+            [(tp("a", 0), 5), (tp("a", 1), 6), (tp("b", 0), 7)].into();
+        let body = offset_commit_request("g", "m1", MemberEpoch(4), &offsets);
+        let decoded = flatbuffers::root::<wire::OffsetCommitRequest>(&body).unwrap();
+        assert_eq!(decoded.member_id(), Some("m1"));
+        assert_eq!(decoded.member_epoch(), 4);
+        let mut seen = BTreeMap::new();
+        for topic in decoded.topics().unwrap() {
+            for p in topic.partitions().unwrap() {
+                seen.insert(tp(topic.name().unwrap(), p.partition()), p.offset());
+            }
+        }
+        assert_eq!(seen, offsets);
+        assert_eq!(decoded.topics().unwrap().len(), 2);
+        let tool = offset_commit_request("g", "", MemberEpoch::LEAVE, &offsets);
+        let decoded = flatbuffers::root::<wire::OffsetCommitRequest>(&tool).unwrap();
+        assert_eq!(
+            (decoded.member_id(), decoded.member_epoch()),
+            (Some(""), -1)
+        );
+
+        let body = offset_fetch_request("g", Some(&[tp("a", 0)]));
+        let decoded = flatbuffers::root::<wire::OffsetFetchRequest>(&body).unwrap();
+        assert_eq!(decoded.topics().unwrap().len(), 1);
+        let all = offset_fetch_request("g", None);
+        assert!(flatbuffers::root::<wire::OffsetFetchRequest>(&all)
+            .unwrap()
+            .topics()
+            .is_none());
+
+        let mut fbb = FlatBufferBuilder::new();
+        let committed: Vec<_> = [(0, 5), (1, -1)]
+            .iter()
+            .map(|&(partition, offset)| {
+                let metadata = Some(fbb.create_string("meta"));
+                wire::CommittedOffset::create(
+                    &mut fbb,
+                    &wire::CommittedOffsetArgs {
+                        partition,
+                        offset,
+                        metadata,
+                        commit_time_ms: 99,
+                    },
+                )
+            })
+            .collect();
+        let partitions = Some(fbb.create_vector(&committed));
+        let name = Some(fbb.create_string("a"));
+        let topic =
+            wire::CommittedTopic::create(&mut fbb, &wire::CommittedTopicArgs { name, partitions });
+        let topics = Some(fbb.create_vector(&[topic]));
+        let response = wire::OffsetFetchResponse::create(
+            &mut fbb,
+            &wire::OffsetFetchResponseArgs {
+                error_code: 0,
+                error_message: None,
+                topics,
+            },
+        );
+        let fetched = offset_fetch_response(&finish(fbb, response)).unwrap();
+        assert_eq!(fetched.len(), 1);
+        let committed = &fetched[&tp("a", 0)];
+        assert_eq!(
+            (
+                committed.offset,
+                committed.metadata.as_str(),
+                committed.commit_time_ms
+            ),
+            (5, "meta", 99)
+        );
+
+        let mut fbb = FlatBufferBuilder::new();
+        let error_message = Some(fbb.create_string("member epoch 3 is stale"));
+        let response = wire::OffsetCommitResponse::create(
+            &mut fbb,
+            &wire::OffsetCommitResponseArgs {
+                error_code: ErrorCode::StaleMemberEpoch.code(),
+                error_message,
+            },
+        );
+        let error = offset_commit_response(&finish(fbb, response)).unwrap_err();
+        assert!(
+            !error.is_retriable(),
+            "a stale epoch is surfaced, not retried"
+        );
+    }
+
+    #[test]
+    fn group_admin_answers_decode() {
+        // Proves ListGroups and DescribeGroup answers decode into the
+        // client's types (members, their partitions, committed offsets), and
+        // that the delete answers map their error codes.
+        let mut fbb = FlatBufferBuilder::new();
+        let listings: Vec<_> = [("g1", "stable", 2u32), ("g2", "empty", 0)]
+            .iter()
+            .map(|&(id, state, members)| {
+                let group_id = Some(fbb.create_string(id));
+                let state = Some(fbb.create_string(state));
+                wire::GroupListing::create(
+                    &mut fbb,
+                    &wire::GroupListingArgs {
+                        group_id,
+                        state,
+                        members,
+                    },
+                )
+            })
+            .collect();
+        let groups = Some(fbb.create_vector(&listings));
+        let response = wire::ListGroupsResponse::create(
+            &mut fbb,
+            &wire::ListGroupsResponseArgs {
+                error_code: 0,
+                error_message: None,
+                groups,
+            },
+        );
+        let groups = list_groups_response(&finish(fbb, response)).unwrap();
+        assert_eq!(groups.len(), 2);
+        assert_eq!(
+            groups[0],
+            GroupListing {
+                group_id: "g1".into(),
+                state: "stable".into(),
+                members: 2
+            }
+        );
+
+        let mut fbb = FlatBufferBuilder::new();
+        let assigned = Some(wire_partitions(&mut fbb, &[("t", &[0, 1])]));
+        let pending_revocation = Some(wire_partitions(&mut fbb, &[("t", &[2])]));
+        let target = Some(wire_partitions(&mut fbb, &[("t", &[0, 1])]));
+        let subscribed = [fbb.create_string("t")];
+        let subscribed_topics = Some(fbb.create_vector(&subscribed));
+        let member_id = Some(fbb.create_string("m1"));
+        let client_id = Some(fbb.create_string("c"));
+        let state = Some(fbb.create_string("unrevoked_partitions"));
+        let member = wire::GroupMember::create(
+            &mut fbb,
+            &wire::GroupMemberArgs {
+                member_id,
+                instance_id: None,
+                client_id,
+                client_host: None,
+                member_epoch: 4,
+                state,
+                subscribed_topics,
+                assigned,
+                pending_revocation,
+                target,
+            },
+        );
+        let members = Some(fbb.create_vector(&[member]));
+        let group_id = Some(fbb.create_string("g1"));
+        let state = Some(fbb.create_string("reconciling"));
+        let assignor = Some(fbb.create_string("sticky"));
+        let response = wire::DescribeGroupResponse::create(
+            &mut fbb,
+            &wire::DescribeGroupResponseArgs {
+                error_code: 0,
+                error_message: None,
+                group_id,
+                state,
+                group_epoch: 5,
+                target_epoch: 5,
+                assignor,
+                members,
+                offsets: None,
+            },
+        );
+        let description = describe_group_response(&finish(fbb, response)).unwrap();
+        assert_eq!(description.group_epoch, GroupEpoch(5));
+        assert_eq!(description.assignor, "sticky");
+        let member = &description.members[0];
+        assert_eq!(member.member_epoch, MemberEpoch(4));
+        assert_eq!(member.instance_id, None);
+        assert_eq!(member.subscribed_topics, vec!["t"]);
+        assert_eq!(member.assigned.len(), 2);
+        assert_eq!(
+            description.owner_of(&tp("t", 2)),
+            Some("m1"),
+            "revoking still owns"
+        );
+        assert_eq!(description.owner_of(&tp("t", 3)), None);
+        assert!(description.offsets.is_empty() && description.partitions.is_empty());
+
+        for (build, decode) in [
+            (
+                delete_group_request("g") as Vec<u8>,
+                delete_group_response as fn(&[u8]) -> Result<()>,
+            ),
+            (
+                delete_group_offsets_request("g", "t"),
+                delete_group_offsets_response,
+            ),
+        ] {
+            assert!(!build.is_empty());
+            let mut fbb = FlatBufferBuilder::new();
+            let response = wire::DeleteGroupResponse::create(
+                &mut fbb,
+                &wire::DeleteGroupResponseArgs {
+                    error_code: ErrorCode::NonEmptyGroup.code(),
+                    error_message: None,
+                },
+            );
+            let body = finish(fbb, response);
+            assert!(matches!(
+                decode(&body),
+                Err(ClientError::Broker {
+                    code: ErrorCode::NonEmptyGroup,
+                    ..
+                })
+            ));
+        }
+    }
 }

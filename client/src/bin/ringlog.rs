@@ -1,7 +1,8 @@
-//! The `ringlog` command line: topic administration, producing stdin lines
-//! and consuming records to stdout. The composition root of the CLI: parses
-//! flags, builds one client component, runs one command, exits non-zero with
-//! the reason on any failure.
+//! The `ringlog` command line: topic and consumer group administration,
+//! producing stdin lines and consuming records to stdout (alone or as a
+//! member of a group). The composition root of the CLI: parses flags, builds
+//! one client component, runs one command, exits non-zero with the reason on
+//! any failure.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -13,7 +14,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use client::messages;
 use client::{
     Acks, Admin, ClientConfig, Cluster, Compression, Consumer, ConsumerConfig, ConsumerRecord,
-    DeliveryFuture, Producer, ProducerConfig, ProducerRecord, SeekTo,
+    DeliveryFuture, GroupConfig, GroupConsumer, GroupDescription, OffsetReset, Producer,
+    ProducerConfig, ProducerRecord, ResetTo, SeekTo,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::mpsc;
@@ -48,6 +50,41 @@ enum Command {
     /// The controller quorum and the brokers it knows.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// List, describe, reset or delete consumer groups.
+    #[command(subcommand)]
+    Group(GroupCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum GroupCommand {
+    /// Every group of the cluster: id, state and member count.
+    List,
+    /// One row per partition (topic, partition, owner, committed offset, log
+    /// end offset, lag in records and in seconds), then one per member.
+    Describe { group: String },
+    /// Moves the group's committed offsets of a topic; the group must have no
+    /// members. Prints partition, old and new offset.
+    Reset {
+        group: String,
+        #[arg(long)]
+        topic: String,
+        /// earliest, latest, an offset, @TIMESTAMP_MS, or -DURATION back from
+        /// now (-30s, -10m, -1h, -2d).
+        #[arg(long, allow_hyphen_values = true, value_parser = ResetTo::parse)]
+        to: ResetTo,
+        /// Print the new offsets without committing them.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Deletes a group without members and its committed offsets.
+    Delete { group: String },
+    /// Deletes a group's committed offsets of one topic, which no member may
+    /// subscribe to.
+    DeleteOffsets {
+        group: String,
+        #[arg(long)]
+        topic: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -136,13 +173,27 @@ struct ConsumeArgs {
     /// Only this partition (default: all).
     #[arg(long)]
     partition: Option<i32>,
-    /// earliest, latest, an offset, or @TIMESTAMP_MS.
+    /// earliest, latest, an offset, or @TIMESTAMP_MS. With --group, where
+    /// partitions without a committed offset start: earliest or latest.
     #[arg(long, default_value = "earliest", value_parser = parse_from)]
     from: SeekTo,
+    /// Read as a member of this consumer group: the group's coordinator
+    /// assigns the partitions, and what is printed is committed as it goes
+    /// (every 5 s) and on exit (the limit, the end, SIGINT or SIGTERM),
+    /// before leaving the group.
+    #[arg(long, conflicts_with = "partition")]
+    group: Option<String>,
+    /// With --group: a static member id (group.instance.id).
+    #[arg(long, requires = "group")]
+    instance_id: Option<String>,
+    /// With --group: the session timeout in ms (default 45 000).
+    #[arg(long, requires = "group")]
+    session_timeout_ms: Option<u32>,
     /// Stop after this many records.
     #[arg(long)]
     count: Option<u64>,
-    /// Stop once every partition is read up to its end offset at start.
+    /// Stop once every partition is read up to its end offset at start
+    /// (with --group: every partition this member owns, once it owns one).
     #[arg(long)]
     until_end: bool,
     /// Template with {partition} {offset} {timestamp} {key} {value}; \n and \t escapes.
@@ -216,7 +267,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Topic(command) => topic(Admin::from_cluster(cluster), command).await,
         Command::Produce(args) => produce(cluster, args).await,
-        Command::Consume(args) => consume(cluster, args).await,
+        Command::Consume(args) => match args.group.clone() {
+            Some(group) => consume_group(cluster, args, group).await,
+            None => consume(cluster, args).await,
+        },
+        Command::Group(command) => group(Admin::from_cluster(cluster), command).await,
         Command::Cluster(_) => unreachable!("answered above"),
     }
 }
@@ -550,6 +605,249 @@ async fn consume(cluster: Cluster, args: ConsumeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn group(admin: Admin, command: GroupCommand) -> anyhow::Result<()> {
+    match command {
+        GroupCommand::List => {
+            for group in admin.list_groups().await.context("listing groups")? {
+                println!(
+                    "{}\tstate={}\tmembers={}",
+                    group.group_id, group.state, group.members
+                );
+            }
+        }
+        GroupCommand::Describe { group } => {
+            let description = admin
+                .describe_group(&group)
+                .await
+                .with_context(|| format!("describing group `{group}`"))?;
+            print!("{}", render_group(&description));
+        }
+        GroupCommand::Reset {
+            group,
+            topic,
+            to,
+            dry_run,
+        } => {
+            let resets = admin
+                .reset_offsets(&group, &topic, to, dry_run)
+                .await
+                .with_context(|| format!("resetting group `{group}` on topic `{topic}`"))?;
+            println!("partition\told\tnew");
+            for reset in &resets {
+                println!(
+                    "{}\t{}\t{}",
+                    reset.partition,
+                    or_dash(reset.old_offset),
+                    reset.new_offset
+                );
+            }
+            if dry_run {
+                eprintln!("dry run: nothing committed");
+            }
+        }
+        GroupCommand::Delete { group } => {
+            admin
+                .delete_group(&group)
+                .await
+                .with_context(|| format!("deleting group `{group}`"))?;
+            println!("deleted group {group}");
+        }
+        GroupCommand::DeleteOffsets { group, topic } => {
+            admin
+                .delete_group_offsets(&group, &topic)
+                .await
+                .with_context(|| format!("deleting offsets of `{topic}` from group `{group}`"))?;
+            println!("deleted offsets of topic {topic} from group {group}");
+        }
+    }
+    Ok(())
+}
+
+fn or_dash(value: Option<impl std::fmt::Display>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn render_group(d: &GroupDescription) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "group {}\tstate={}\tepoch={}\ttarget_epoch={}\tassignor={}",
+        d.group_id, d.state, d.group_epoch, d.target_epoch, d.assignor
+    );
+    let _ = writeln!(
+        out,
+        "topic\tpartition\towner\tcommitted\tlog_end\tlag\tlag_seconds"
+    );
+    for p in &d.partitions {
+        let lag_seconds = p.lag_ms.map(|ms| format!("{:.1}", ms as f64 / 1000.0));
+        let _ = writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            p.topic,
+            p.partition,
+            p.owner.as_deref().unwrap_or("-"),
+            or_dash(p.committed_offset),
+            or_dash(p.log_end_offset),
+            or_dash(p.lag_records),
+            or_dash(lag_seconds)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "member\tinstance\tclient\thost\tepoch\tstate\tsubscribed\tassigned"
+    );
+    let partitions = |set: &std::collections::BTreeSet<client::TopicPartition>| {
+        let list: Vec<String> = set
+            .iter()
+            .map(|tp| format!("{}/{}", tp.topic, tp.partition))
+            .collect();
+        if list.is_empty() {
+            "-".to_owned()
+        } else {
+            list.join(",")
+        }
+    };
+    for m in &d.members {
+        let _ = writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            m.member_id,
+            m.instance_id.as_deref().unwrap_or("-"),
+            m.client_id,
+            m.client_host,
+            m.member_epoch,
+            m.state,
+            m.subscribed_topics.join(","),
+            partitions(&m.assigned)
+        );
+    }
+    out
+}
+
+/// `consume --group`: joins the group, prints what the coordinator assigns,
+/// and on any exit commits what was printed and leaves.
+async fn consume_group(cluster: Cluster, args: ConsumeArgs, group: String) -> anyhow::Result<()> {
+    let offset_reset = match args.from {
+        SeekTo::Earliest => OffsetReset::Earliest,
+        SeekTo::Latest => OffsetReset::Latest,
+        _ => bail!("with --group, --from is earliest or latest: where partitions without a committed offset start"),
+    };
+    let mut config = GroupConfig::new(group.clone());
+    config.consumer.offset_reset = offset_reset;
+    config.instance_id = args.instance_id.clone();
+    if let Some(session_timeout_ms) = args.session_timeout_ms {
+        config.session_timeout_ms = session_timeout_ms;
+    }
+    // Partitions' end offsets at start, for --until-end.
+    let ends = if args.until_end {
+        let partitions: Vec<i32> = cluster
+            .topic(&args.topic, 3)
+            .await
+            .with_context(|| format!("looking up topic `{}`", args.topic))?
+            .partitions
+            .iter()
+            .map(|p| p.partition)
+            .collect();
+        let lookup = Consumer::new(cluster.clone(), ConsumerConfig::default())?;
+        Some(lookup.end_offsets(&args.topic, &partitions).await?)
+    } else {
+        None
+    };
+    let mut consumer = GroupConsumer::new(cluster, config)?;
+    consumer.subscribe(std::slice::from_ref(&args.topic))?;
+    let printed = print_group(&mut consumer, &args, ends.as_ref()).await;
+    let closed = consumer
+        .close()
+        .await
+        .with_context(|| format!("committing and leaving group `{group}`"));
+    printed.and(closed)
+}
+
+/// Polls and prints until the count, the end or a signal. Auto-commit
+/// commits what earlier polls returned, all of it printed by then; records
+/// a poll returned but that were not printed (past the count or the end)
+/// are sought back to, so the commit on close covers exactly what was
+/// printed.
+async fn print_group(
+    consumer: &mut GroupConsumer,
+    args: &ConsumeArgs,
+    ends: Option<&BTreeMap<i32, i64>>,
+) -> anyhow::Result<()> {
+    let template = Template::parse(args.format.as_deref().unwrap_or("{value}"), &args.null_text);
+    let mut out = BufWriter::new(tokio::io::stdout());
+    let mut printed = 0u64;
+    let mut stop = std::pin::pin!(shutdown_signal()?);
+    loop {
+        if args.count.is_some_and(|count| printed >= count)
+            || ends.is_some_and(|ends| read_to_end(consumer, &args.topic, ends))
+        {
+            break;
+        }
+        let records = tokio::select! {
+            records = consumer.poll(Duration::from_millis(POLL_TIMEOUT_MS)) => records?,
+            () = &mut stop => break,
+        };
+        // Per partition: the first record not printed, and whether it is past
+        // the end (that partition is done).
+        let mut unprinted: BTreeMap<i32, (i64, bool)> = BTreeMap::new();
+        for record in &records {
+            if unprinted.contains_key(&record.partition) {
+                continue; // Keep each partition's printed records a prefix.
+            }
+            let past_end = ends.is_some_and(|ends| {
+                ends.get(&record.partition)
+                    .is_none_or(|end| record.offset >= *end)
+            });
+            if past_end || args.count.is_some_and(|count| printed >= count) {
+                unprinted.insert(record.partition, (record.offset, past_end));
+                continue;
+            }
+            out.write_all(&template.render(record)).await?;
+            out.write_all(b"\n").await?;
+            printed += 1;
+        }
+        out.flush().await?;
+        for (partition, (offset, past_end)) in unprinted {
+            consumer
+                .seek(&args.topic, partition, SeekTo::Offset(offset))
+                .await?;
+            if past_end {
+                consumer.pause(&args.topic, partition)?;
+            }
+        }
+    }
+    out.flush().await?;
+    Ok(())
+}
+
+/// --until-end with --group: the member owns a partition, and every one it
+/// owns is read up to its end offset at start.
+fn read_to_end(consumer: &GroupConsumer, topic: &str, ends: &BTreeMap<i32, i64>) -> bool {
+    let owned = consumer.assignment();
+    !owned.is_empty()
+        && owned.iter().all(|tp| {
+            ends.get(&tp.partition).is_none_or(|end| {
+                consumer
+                    .position(topic, tp.partition)
+                    .is_some_and(|position| position >= *end)
+            })
+        })
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
+}
+
 /// A parsed `--format` template.
 #[derive(Debug)]
 struct Template {
@@ -679,5 +977,50 @@ mod tests {
             parse_key_value("flush.policy=interval_ms:5"),
             Ok(("flush.policy".into(), "interval_ms:5".into()))
         );
+    }
+
+    #[test]
+    fn group_flags_parse() {
+        // Proves the group commands accept their documented forms: a reset
+        // to a negative duration is not taken for a flag, and --group
+        // excludes --partition.
+        let cli = Cli::try_parse_from([
+            "ringlog",
+            "group",
+            "reset",
+            "g",
+            "--topic",
+            "t",
+            "--to",
+            "-10m",
+            "--dry-run",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Group(GroupCommand::Reset { to, dry_run, .. }) => {
+                assert_eq!(to, ResetTo::Back(Duration::from_secs(600)));
+                assert!(dry_run);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["ringlog", "group", "delete-offsets", "g", "--topic", "t"])
+                .is_ok()
+        );
+        assert!(Cli::try_parse_from([
+            "ringlog",
+            "consume",
+            "t",
+            "--group",
+            "g",
+            "--partition",
+            "0"
+        ])
+        .is_err());
+        assert!(Cli::try_parse_from(["ringlog", "consume", "t", "--instance-id", "i"]).is_err());
+        assert!(Cli::try_parse_from([
+            "ringlog", "group", "reset", "g", "--topic", "t", "--to", "-1y"
+        ])
+        .is_err());
     }
 }
