@@ -189,6 +189,10 @@ struct ConsumeArgs {
     /// With --group: the session timeout in ms (default 45 000).
     #[arg(long, requires = "group")]
     session_timeout_ms: Option<u32>,
+    /// With --group: how often what was printed is committed, in ms
+    /// (default 5 000).
+    #[arg(long, requires = "group")]
+    commit_interval_ms: Option<u64>,
     /// Stop after this many records.
     #[arg(long)]
     count: Option<u64>,
@@ -738,6 +742,9 @@ async fn consume_group(cluster: Cluster, args: ConsumeArgs, group: String) -> an
     config.instance_id = args.instance_id.clone();
     if let Some(session_timeout_ms) = args.session_timeout_ms {
         config.session_timeout_ms = session_timeout_ms;
+    }
+    if let Some(interval_ms) = args.commit_interval_ms {
+        config.auto_commit_interval_ms = interval_ms;
     }
     // Partitions' end offsets at start, for --until-end.
     let ends = if args.until_end {
