@@ -362,7 +362,8 @@ fn a_member_killed_between_processing_and_commit_rereads_and_skips_nothing() {
         .block_on(admin.create_topic("t2", 3, 1, &[]))
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let producer = runtime.block_on(async {
+    let producer = {
+        let _entered = runtime.enter();
         spawn_producer(
             bootstrap.clone(),
             "t2",
@@ -370,7 +371,7 @@ fn a_member_killed_between_processing_and_commit_rereads_and_skips_nothing() {
             Duration::from_millis(2),
             stop.clone(),
         )
-    });
+    };
 
     let mut outputs = Vec::new();
     let mut starts: Vec<Option<BTreeMap<TopicPartition, i64>>> = Vec::new();
@@ -564,7 +565,8 @@ fn a_new_coordinator_loads_every_commit_after_the_old_one_is_killed() {
         admin.create_topic("t4", 4, 3, &[]).await.unwrap();
     });
     let stop = Arc::new(AtomicBool::new(false));
-    let producer = runtime.block_on(async {
+    let producer = {
+        let _entered = runtime.enter();
         spawn_producer(
             bootstrap.clone(),
             "t4",
@@ -572,7 +574,7 @@ fn a_new_coordinator_loads_every_commit_after_the_old_one_is_killed() {
             Duration::from_millis(10),
             stop.clone(),
         )
-    });
+    };
     let (member, coordinator) = runtime.block_on(async {
         let mut config = group_config("rf3", 10_000);
         config.consumer.offset_reset = OffsetReset::Earliest;
