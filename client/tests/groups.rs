@@ -39,6 +39,14 @@ fn groups_config(dir: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// One broker with two shards and a small `__consumer_offsets`.
+fn start_broker(root: &Path) -> (RealBroker, String) {
+    let config = groups_config(root);
+    let port = free_port_block(2);
+    let broker = RealBroker::start_node(&root.join("data"), port, 1, 2, &["--config", &config]);
+    (broker, format!("127.0.0.1:{port}"))
+}
+
 fn group_config(group: &str, session_timeout_ms: u32) -> GroupConfig {
     let mut config = GroupConfig::new(group.to_string());
     config.session_timeout_ms = session_timeout_ms;
@@ -203,16 +211,7 @@ fn assert_no_holes(all: &[(i32, i64, i64)], partition: i32, up_to: i64) {
 #[test]
 fn members_split_rebalance_incrementally_and_are_removed_or_fenced() {
     let root = tempfile::tempdir().unwrap();
-    let config = groups_config(root.path());
-    let port = free_port_block(2);
-    let _broker = RealBroker::start_node(
-        &root.path().join("data"),
-        port,
-        1,
-        2,
-        &["--config", &config],
-    );
-    let bootstrap = format!("127.0.0.1:{port}");
+    let (_broker, bootstrap) = start_broker(root.path());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let admin = Admin::connect(&bootstrap, ClientConfig::default()).await.unwrap();
@@ -344,16 +343,7 @@ fn start_cli_member(bootstrap: &str, group: &str, out: &Path, until_end: bool) -
 #[test]
 fn a_member_killed_between_processing_and_commit_rereads_and_skips_nothing() {
     let root = tempfile::tempdir().unwrap();
-    let config = groups_config(root.path());
-    let port = free_port_block(2);
-    let _broker = RealBroker::start_node(
-        &root.path().join("data"),
-        port,
-        1,
-        2,
-        &["--config", &config],
-    );
-    let bootstrap = format!("127.0.0.1:{port}");
+    let (_broker, bootstrap) = start_broker(root.path());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let admin = runtime
         .block_on(Admin::connect(&bootstrap, ClientConfig::default()))
@@ -429,16 +419,7 @@ fn a_member_killed_between_processing_and_commit_rereads_and_skips_nothing() {
 #[test]
 fn groups_are_independent_and_reset_replays_from_a_time() {
     let root = tempfile::tempdir().unwrap();
-    let config = groups_config(root.path());
-    let port = free_port_block(2);
-    let _broker = RealBroker::start_node(
-        &root.path().join("data"),
-        port,
-        1,
-        2,
-        &["--config", &config],
-    );
-    let bootstrap = format!("127.0.0.1:{port}");
+    let (_broker, bootstrap) = start_broker(root.path());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let admin = Admin::connect(&bootstrap, ClientConfig::default())
