@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use protocol::{ApiKey, ErrorCode, MemberEpoch};
+use protocol::{ApiKey, MemberEpoch};
 
 use crate::accumulator::TopicPartition;
 use crate::cluster::Cluster;
@@ -23,6 +23,7 @@ use crate::group_types::{
 };
 use crate::messages::{self, FetchEntry, TIMESTAMP_EARLIEST, TIMESTAMP_LATEST};
 use crate::metadata::ClusterMetadata;
+pub use crate::topic_types::{PartitionDescription, TopicDescription, TopicSummary};
 
 /// Attempts at one broker's ListGroups (it may be loading its groups).
 const LIST_GROUPS_ATTEMPTS_MAX: u32 = 3;
@@ -34,39 +35,6 @@ const LAG_TIME_PARTITIONS_MAX: usize = 1_000;
 /// Bound on the bytes of the one-partition fetch that reads a record's
 /// timestamp for the lag in time.
 const LAG_FETCH_BYTES_MAX: i32 = 1 << 20;
-
-/// A topic as `list_topics` reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopicSummary {
-    pub name: String,
-    pub partitions: i32,
-    pub replication_factor: i16,
-}
-
-/// One partition as `describe_topic` reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PartitionDescription {
-    pub partition: i32,
-    pub error: ErrorCode,
-    /// Node id, -1 without a leader.
-    pub leader: i32,
-    pub leader_epoch: i32,
-    pub shard: u16,
-    pub log_start_offset: i64,
-    pub log_end_offset: i64,
-    pub high_watermark: i64,
-    pub size_bytes: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopicDescription {
-    pub name: String,
-    pub partition_count: i32,
-    pub replication_factor: i16,
-    /// Key/value strings, e.g. `retention.ms`, `flush.policy`.
-    pub configs: Vec<(String, String)>,
-    pub partitions: Vec<PartitionDescription>,
-}
 
 /// Administrative client; cheap to clone.
 #[derive(Clone, Debug)]

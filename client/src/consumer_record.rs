@@ -7,7 +7,7 @@ use bytes::Bytes;
 use protocol::{BatchError, Compression, RecordBatch};
 
 use crate::error::{ClientError, Result};
-use crate::producer::Header;
+use crate::record::Header;
 
 /// A record as the consumer returns it. Key, value and header values of
 /// uncompressed batches share the fetch response's buffer.

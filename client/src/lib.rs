@@ -32,6 +32,8 @@ pub mod messages;
 pub mod metadata;
 pub mod partitioner;
 pub mod producer;
+pub mod record;
+pub mod topic_types;
 
 pub use accumulator::TopicPartition;
 pub use admin::{Admin, PartitionDescription, TopicDescription, TopicSummary};

@@ -10,7 +10,6 @@ use protocol::frame::payload_range;
 use protocol::{wire, ErrorCode, GroupEpoch, MemberEpoch};
 
 use crate::accumulator::TopicPartition;
-use crate::admin::{PartitionDescription, TopicDescription, TopicSummary};
 use crate::error::{ClientError, Result};
 use crate::group_types::{
     CommittedOffset, CoordinatorInfo, GroupDescription, GroupListing, GroupMemberDescription,
@@ -20,6 +19,7 @@ use crate::group_types::{
 use crate::metadata::{
     BrokerMetadata, ClusterMetadata, PartitionMetadata, ShardEndpoint, TopicMetadata,
 };
+use crate::topic_types::{PartitionDescription, TopicDescription, TopicSummary};
 
 fn root<'a, T>(body: &'a [u8], what: &str) -> Result<T::Inner>
 where

@@ -22,6 +22,7 @@ use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::error::{ClientError, Result};
 use crate::messages::{self, ProduceEntry, ProduceOutcome};
 use crate::partitioner::{partition_for_key, Partitioner};
+pub use crate::record::Header;
 
 /// Bound on commands queued for the background task. Record bytes are
 /// bounded separately by `buffer_bytes_max`.
@@ -29,13 +30,6 @@ const COMMAND_QUEUE_MAX: usize = 4096;
 /// Bytes a record costs beyond its key, value and headers (varints,
 /// attributes, deltas), for buffer accounting and the record bound.
 const RECORD_OVERHEAD_BYTES: usize = 32;
-
-/// One record header.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Header {
-    pub key: String,
-    pub value: Option<Bytes>,
-}
 
 /// A record to produce.
 #[derive(Clone, Debug, Default)]

@@ -11,6 +11,7 @@ pub mod delta;
 pub mod fencer;
 pub mod frame_io;
 pub mod ids;
+pub mod limits;
 pub mod messages;
 pub mod node;
 pub mod placement;

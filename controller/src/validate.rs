@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::command::CommandError;
+use crate::limits::StateLimits;
 use crate::records::{BrokerEndpoints, UNCLEAN_LEADER_ELECTION_ENABLE};
-use crate::state::StateLimits;
 
 /// Kafka's limit, so names stay valid as file names with a partition suffix.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
