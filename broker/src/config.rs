@@ -94,6 +94,9 @@ pub struct GroupsConfig {
     /// How long a commit (or any group change) waits to be replicated before
     /// the request fails with REQUEST_TIMED_OUT. Default 5 s.
     pub offsets_commit_timeout_ms: u64,
+    /// How often coordinators probe their groups' lag for `/metrics` (one
+    /// consumer fetch per committed partition). Default 10 s, at least 100 ms.
+    pub lag_probe_interval_ms: u64,
 }
 
 pub const OFFSETS_TOPIC_PARTITIONS_MAX: u32 = 1000;
@@ -106,6 +109,7 @@ impl Default for GroupsConfig {
             offsets_topic_segment_bytes: 100 << 20,
             offsets_retention_minutes: 7 * 24 * 60,
             offsets_commit_timeout_ms: 5_000,
+            lag_probe_interval_ms: 10_000,
         }
     }
 }
@@ -118,6 +122,7 @@ pub struct FileGroupsConfig {
     pub offsets_topic_segment_bytes: Option<u64>,
     pub offsets_retention_minutes: Option<u64>,
     pub offsets_commit_timeout_ms: Option<u64>,
+    pub lag_probe_interval_ms: Option<u64>,
 }
 
 fn groups_config(file: FileGroupsConfig) -> GroupsConfig {
@@ -138,6 +143,9 @@ fn groups_config(file: FileGroupsConfig) -> GroupsConfig {
         offsets_commit_timeout_ms: file
             .offsets_commit_timeout_ms
             .unwrap_or(d.offsets_commit_timeout_ms),
+        lag_probe_interval_ms: file
+            .lag_probe_interval_ms
+            .unwrap_or(d.lag_probe_interval_ms),
     }
 }
 
@@ -423,6 +431,9 @@ impl BrokerConfig {
                 "groups.offsets_topic_segment_bytes",
                 "must be at least 1 MiB",
             );
+        }
+        if g.lag_probe_interval_ms < 100 {
+            return bad("groups.lag_probe_interval_ms", "must be at least 100");
         }
         if g.offsets_retention_minutes == 0 || g.offsets_commit_timeout_ms == 0 {
             return bad(

@@ -47,8 +47,8 @@ pub struct ShardMetrics {
 }
 
 /// What this shard's group coordinators report: groups by state, and per
-/// group and partition the committed offset and, when this shard leads the
-/// partition, the lag in records below its high watermark.
+/// group and partition the committed offset and the lag in records and in
+/// seconds from the last probe.
 #[derive(Clone, Debug, Default)]
 pub struct GroupGauges {
     pub groups_by_state: BTreeMap<&'static str, u64>,
@@ -61,7 +61,11 @@ pub struct CommittedGauge {
     pub topic: String,
     pub partition: u32,
     pub offset: i64,
+    /// High watermark minus committed offset, as last probed.
     pub lag_records: Option<i64>,
+    /// Age of the oldest record the group has not consumed, as last probed
+    /// (0 when caught up).
+    pub lag_seconds: Option<f64>,
 }
 
 /// A compacted partition's cleaning state, for the metrics.
@@ -288,6 +292,9 @@ impl ShardMetrics {
             );
             if let Some(lag) = g.lag_records {
                 let _ = writeln!(out, "ringlog_group_lag_records{{{labels}}} {lag}");
+            }
+            if let Some(seconds) = g.lag_seconds {
+                let _ = writeln!(out, "ringlog_group_lag_seconds{{{labels}}} {seconds}");
             }
         }
         for (key, gauges) in cleaning {

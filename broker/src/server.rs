@@ -182,6 +182,7 @@ async fn run_shard(
         ),
         runtime::spawn_in(TaskClass::Background, shard.clone().run_maintenance()),
         runtime::spawn_in(TaskClass::Background, shard.clone().run_group_ticks()),
+        runtime::spawn_in(TaskClass::Background, shard.clone().run_group_lag()),
     ]);
     // Cancelled rather than awaited at stop: a pass may take long, and one
     // cut short leaves only files that the next open removes or finishes.

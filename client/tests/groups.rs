@@ -35,7 +35,11 @@ use real_quorum::Quorum;
 
 fn groups_config(dir: &Path) -> String {
     let path = dir.join("groups.toml");
-    std::fs::write(&path, "[groups]\noffsets_topic_partitions = 4\n").unwrap();
+    std::fs::write(
+        &path,
+        "[groups]\noffsets_topic_partitions = 4\nlag_probe_interval_ms = 200\n",
+    )
+    .unwrap();
     path.to_string_lossy().into_owned()
 }
 
@@ -304,6 +308,32 @@ fn members_split_rebalance_incrementally_and_are_removed_or_fenced() {
     });
 }
 
+/// `GET /metrics` from the broker's admin port (listen port + 64).
+fn scrape_metrics(bootstrap: &str) -> String {
+    use std::io::{Read, Write};
+    let port: u16 = bootstrap.rsplit(':').next().unwrap().parse().unwrap();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port + 64)).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// The value of a group metric for topic t3, summed over shards.
+fn metric(text: &str, name: &str, group: &str, partition: i32) -> Option<f64> {
+    metric_of(text, name, group, "t3", partition)
+}
+
+fn metric_of(text: &str, name: &str, group: &str, topic: &str, partition: i32) -> Option<f64> {
+    let labels = format!("group=\"{group}\",topic=\"{topic}\",partition=\"{partition}\"}}");
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&labels))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .reduce(|a, b| a + b)
+}
+
 fn is_fenced(e: &ClientError) -> bool {
     let text = e.to_string();
     text.contains("UNKNOWN_MEMBER_ID") || text.contains("FENCED_MEMBER_EPOCH")
@@ -497,6 +527,34 @@ fn groups_are_independent_and_reset_replays_from_a_time() {
             .reset_offsets("one", "t3", ResetTo::Timestamp(at), false)
             .await
             .unwrap();
+        // The coordinator's metrics show the lag: 40 records per partition,
+        // the oldest unread one stamped about 54 s ago.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let metrics = scrape_metrics(&bootstrap);
+            let records = metric(&metrics, "ringlog_group_lag_records", "one", 0);
+            let seconds = metric(&metrics, "ringlog_group_lag_seconds", "one", 0);
+            if records == Some(40.0) && seconds.is_some_and(|s| s >= 50.0) {
+                assert_eq!(
+                    metric(&metrics, "ringlog_group_lag_records", "two", 1),
+                    Some(0.0)
+                );
+                assert_eq!(
+                    metric(&metrics, "ringlog_group_lag_seconds", "two", 1),
+                    Some(0.0)
+                );
+                assert_eq!(
+                    metric(&metrics, "ringlog_group_committed_offset", "one", 1),
+                    Some(60.0)
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no lag in the metrics:\n{metrics}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let replayed = read_all("one", 80).await;
         let mut values: Vec<String> = replayed
             .iter()
@@ -525,7 +583,7 @@ fn a_new_coordinator_loads_every_commit_after_the_old_one_is_killed() {
     let path = root.path().join("groups-rf3.toml");
     std::fs::write(
         &path,
-        "[groups]\noffsets_topic_partitions = 2\noffsets_topic_replication_factor = 3\n",
+        "[groups]\noffsets_topic_partitions = 2\noffsets_topic_replication_factor = 3\nlag_probe_interval_ms = 200\n",
     )
     .unwrap();
     let config = path.to_string_lossy().into_owned();
@@ -569,6 +627,23 @@ fn a_new_coordinator_loads_every_commit_after_the_old_one_is_killed() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         (member, coordinator)
     });
+    // The coordinator probes the lag of every partition, those led by the
+    // other brokers too.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = scrape_metrics(&brokers.bootstrap(coordinator.node_id as u32));
+        let probed = (0..4)
+            .filter(|p| metric_of(&metrics, "ringlog_group_lag_records", "rf3", "t4", *p).is_some())
+            .count();
+        if probed == 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lag not probed on every partition:\n{metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // Freeze the member so its commits stop, and note the last ones.
     member.frozen.store(true, Ordering::Relaxed);
     std::thread::sleep(Duration::from_millis(300));

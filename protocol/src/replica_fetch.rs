@@ -29,6 +29,39 @@ pub fn encode_replica_fetch(
     partition_bytes_max: i32,
     partitions: &[ReplicaFetchPartition],
 ) -> Vec<u8> {
+    let replica_id = i32::try_from(replica_id).unwrap_or(i32::MAX);
+    encode_fetch(replica_id, replica_epoch, max_wait_ms, partition_bytes_max, partitions)
+}
+
+/// The body of a consumer's fetch (no replica id: it reads below the high
+/// watermark), as a broker sends it to probe another broker's partitions
+/// (the lag of a consumer group: the high watermark and the record at the
+/// committed offset). Epochs are -1: any leader answers.
+pub fn encode_consumer_fetch(
+    max_wait_ms: i32,
+    partition_bytes_max: i32,
+    partitions: &[(String, i32, i64)],
+) -> Vec<u8> {
+    let partitions: Vec<ReplicaFetchPartition> = partitions
+        .iter()
+        .map(|(topic, partition, fetch_offset)| ReplicaFetchPartition {
+            topic: topic.clone(),
+            partition: *partition,
+            fetch_offset: *fetch_offset,
+            current_leader_epoch: LeaderEpoch(-1),
+            last_fetched_epoch: LeaderEpoch(-1),
+        })
+        .collect();
+    encode_fetch(-1, -1, max_wait_ms, partition_bytes_max, &partitions)
+}
+
+fn encode_fetch(
+    replica_id: i32,
+    replica_epoch: i64,
+    max_wait_ms: i32,
+    partition_bytes_max: i32,
+    partitions: &[ReplicaFetchPartition],
+) -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
     let mut by_topic: std::collections::BTreeMap<&str, Vec<_>> = Default::default();
     for p in partitions {
@@ -62,7 +95,7 @@ pub fn encode_replica_fetch(
     let root = wire::FetchRequest::create(
         &mut fbb,
         &wire::FetchRequestArgs {
-            replica_id: i32::try_from(replica_id).unwrap_or(i32::MAX),
+            replica_id,
             replica_epoch,
             max_wait_ms,
             min_bytes: 1,

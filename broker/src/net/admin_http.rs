@@ -49,8 +49,10 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 # TYPE ringlog_group_rebalances_total counter
 # HELP ringlog_group_committed_offset Committed offset of a group on a partition.
 # TYPE ringlog_group_committed_offset gauge
-# HELP ringlog_group_lag_records High watermark minus committed offset, where the coordinator's shard also leads the partition; elsewhere ringlog_log_end_offset minus ringlog_group_committed_offset.
+# HELP ringlog_group_lag_records High watermark minus committed offset, probed by the coordinator every lag_probe_interval_ms.
 # TYPE ringlog_group_lag_records gauge
+# HELP ringlog_group_lag_seconds Age of the oldest record the group has not consumed (0 when caught up), probed every lag_probe_interval_ms.
+# TYPE ringlog_group_lag_seconds gauge
 ";
 
 pub async fn serve_admin(shard: Rc<Shard>, listener: Listener) {

@@ -62,7 +62,7 @@ pub enum GroupAnswer {
 }
 
 #[derive(Debug)]
-enum SlotState {
+pub(super) enum SlotState {
     Loading,
     Active(GroupCoordinator),
     /// Dropped (leadership moved, or a write failed): answers NOT_COORDINATOR.
@@ -74,7 +74,7 @@ enum SlotState {
 pub(super) struct CoordinatorSlot {
     partition: i32,
     leader_epoch: LeaderEpoch,
-    state: RefCell<SlotState>,
+    pub(super) state: RefCell<SlotState>,
     /// Orders state changes with their appends.
     write_gate: SerialGate,
     /// End of what this coordinator has written (or loaded): answers wait
@@ -590,9 +590,11 @@ fn replay_batches(
 
 impl Shard {
     /// Groups by state and committed offsets of this shard's coordinators,
-    /// with the lag where this shard leads the partition.
+    /// with the lag the last probe measured (`group_lag`).
     pub(super) fn group_gauges(&self) -> crate::metrics::GroupGauges {
         let mut gauges = crate::metrics::GroupGauges::default();
+        let now_ms = self.clock.now_ms();
+        let lag = self.group_lag.borrow();
         for slot in self.coordinators.borrow().values() {
             let SlotState::Active(core) = &*slot.state.borrow() else {
                 continue;
@@ -606,22 +608,22 @@ impl Shard {
                     continue;
                 };
                 for (tp, committed) in description.offsets {
-                    let key = PartitionKey {
-                        topic: tp.topic.clone(),
-                        partition: tp.partition.0 as i32,
-                    };
-                    let lag_records = self
-                        .replicas
-                        .borrow()
-                        .get(&key)
-                        .filter(|r| r.role().leader)
-                        .map(|r| (r.high_watermark.get() - committed.offset).max(0));
+                    let key = (
+                        summary.group_id.clone(),
+                        tp.topic.clone(),
+                        tp.partition.0 as i32,
+                    );
+                    let sample = lag.get(&key);
                     gauges.committed.push(crate::metrics::CommittedGauge {
                         group: summary.group_id.clone(),
                         topic: tp.topic,
                         partition: tp.partition.0,
                         offset: committed.offset,
-                        lag_records,
+                        lag_records: sample.map(|s| (s.high_watermark - committed.offset).max(0)),
+                        lag_seconds: sample.map(|s| {
+                            s.first_unread_timestamp_ms
+                                .map_or(0.0, |ts| (now_ms - ts).max(0) as f64 / 1000.0)
+                        }),
                     });
                 }
             }

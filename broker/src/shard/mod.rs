@@ -25,6 +25,7 @@ mod error;
 mod fetch;
 pub mod fetcher;
 mod follower;
+mod group_lag;
 pub mod groups;
 mod maintenance;
 mod mesh;
@@ -114,6 +115,8 @@ pub struct Shard {
     fetchers: RefCell<std::collections::HashSet<String>>,
     /// Group coordinators, by the `__consumer_offsets` partition they serve.
     coordinators: RefCell<HashMap<i32, Rc<groups::CoordinatorSlot>>>,
+    /// The lag of this shard's groups, as last probed.
+    group_lag: RefCell<HashMap<group_lag::LagKey, group_lag::LagSample>>,
     stopping: Cell<bool>,
 }
 
@@ -148,6 +151,7 @@ impl Shard {
             shutting_down: Cell::new(false),
             fetchers: RefCell::new(std::collections::HashSet::new()),
             coordinators: RefCell::new(HashMap::new()),
+            group_lag: RefCell::new(HashMap::new()),
             stopping: Cell::new(false),
         }
     }
