@@ -6,7 +6,7 @@
 # can be installed) as the ceiling the run is measured against.
 #
 # Environment: RINGLOG_PORT (default 9092), RINGLOG_WORK (default target/main-job),
-# LOADGEN_ARGS (extra flags for ringlog-loadgen run, e.g. "--duration 60s").
+# LOADGEN_ARGS (extra flags for ringlog-loadgen run, e.g. "--duration 60s", or "--consumer-group lg --consumer-groups 3" to consume through three consumer groups).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use client::messages::{self, FetchEntry, ProduceEntry};
@@ -29,9 +29,16 @@ use client::{Admin, ClientConfig, Cluster, Connection};
 use protocol::{ApiKey, BatchBuilder, ErrorCode, Record, RecordBatch};
 use tokio::sync::mpsc;
 
+use crate::consume::{
+    record_consumed, wall_us, History, RideThroughCounters, FETCH_BYTES_MAX,
+    FETCH_PARTITION_BYTES_MAX, FETCH_WAIT_MS, RETRY_BACKOFF_MS,
+};
+use crate::group_consumers::{
+    describe_committed_lags, FinishedGroup, GroupConsumers, GroupSummary,
+};
 use crate::histograms::{IntervalSummary, Phase, RunRecorder, WorkerStats};
 use crate::keys::{derive_seed, KeyGenerator};
-use crate::payload::{decode_header, PayloadGenerator, PayloadHeader};
+use crate::payload::{PayloadGenerator, PayloadHeader};
 use crate::progress::format_progress_line;
 use crate::run_config::{Acks, Compression, RunConfig};
 use crate::schedule::{Clock, MonotonicClock, WorkerSchedule};
@@ -45,16 +52,12 @@ pub const WORKER_BUFFER_BYTES_MAX: usize = 64 << 20;
 const UNPACED_CHUNK_RECORDS: u64 = 1_000;
 /// How long the end of a run waits for acks and for consumers to catch up.
 pub const DRAIN_MS_MAX: u64 = 30_000;
-/// Bound on one fetch response.
-const FETCH_BYTES_MAX: i32 = 16 << 20;
-const FETCH_PARTITION_BYTES_MAX: i32 = 4 << 20;
-const FETCH_WAIT_MS: i32 = 100;
 /// Produce request timeout handed to the broker: how long acks=all waits for
 /// the ISR. Below the client's request timeout, so the broker answers first.
 const PRODUCE_TIMEOUT_MS: i32 = 8_000;
 /// The client's bound on any request: a silent (paused, partitioned) broker
 /// costs at most this before the request is retried elsewhere.
-const REQUEST_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const REQUEST_TIMEOUT_MS: u64 = 10_000;
 /// Bound on one broker's metadata answer before the next is asked.
 const METADATA_TIMEOUT_MS: u64 = 1_000;
 /// How long consumers keep asking for a partition's start position while its
@@ -64,23 +67,20 @@ const START_POSITION_MS_MAX: u64 = 15_000;
 const START_RETRY_BACKOFF_MS: u64 = 50;
 /// Bound on one consumer fetch round trip (the fetch itself waits 100 ms).
 const FETCH_ROUND_TRIP_MS_MAX: u64 = 3_000;
-/// Pause before a partition whose send or fetch failed is tried again.
-const RETRY_BACKOFF_MS: u64 = 100;
-
-fn wall_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
 
 /// What a run produced, for the report and the exit code.
 #[derive(Debug)]
 pub struct RunOutcome {
     pub recorder: RunRecorder,
+    /// With consumer groups: each group checked against every ack on its
+    /// own, the counts added up (clean only if every group is).
     pub verify: Option<VerifyReport>,
-    /// With `verify`: every acknowledged and every consumed record.
+    /// With `verify`: every acknowledged and every consumed record (with
+    /// consumer groups, each group's reads one after the other).
     pub acked: Vec<HistoryRecord>,
     pub consumed: Vec<HistoryRecord>,
+    /// With `--consumer-group`: one summary per group, in order.
+    pub groups: Vec<GroupSummary>,
     /// The longest any partition went without an acknowledgement while
     /// producers were sending (its unavailability as a producer sees it).
     pub longest_ack_gap_ms: u64,
@@ -150,8 +150,6 @@ impl MetadataRefresher {
     }
 }
 
-type History = Arc<Mutex<Vec<HistoryRecord>>>;
-
 /// Runs the whole workload on a tokio runtime with `threads` worker threads.
 pub fn run_blocking(config: RunConfig, threads: usize) -> anyhow::Result<RunOutcome> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -216,31 +214,14 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
     let refresher = MetadataRefresher::new(cluster.clone());
     let clock = MonotonicClock::new();
     let acked: Option<History> = config.verify.then(Default::default);
-    let consumed: Option<History> = config.verify.then(Default::default);
-    let stop_consumers = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(RideThroughCounters::default());
-    let consumer_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..config.consumers)
+    let members = config.consumers as usize * config.consumer_group_count as usize;
+    let consumer_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..members)
         .map(|_| Arc::new(Mutex::new(WorkerStats::new())))
         .collect();
-    let mut consumer_tasks = Vec::new();
-    // Consumers start at the current end, before any producer sends.
-    for (index, stats) in consumer_stats.iter().enumerate() {
-        let partitions: Vec<i32> = (0..config.partitions as i32)
-            .filter(|p| *p as usize % config.consumers as usize == index)
-            .collect();
-        let positions = start_positions(&cluster, &config.topic, &partitions).await?;
-        let task = ConsumerTask {
-            config: config.clone(),
-            cluster: cluster.clone(),
-            refresher: refresher.clone(),
-            partitions: positions,
-            stats: stats.clone(),
-            stop: stop_consumers.clone(),
-            consumed: consumed.clone(),
-            counters: counters.clone(),
-        };
-        consumer_tasks.push(tokio::spawn(task.run()));
-    }
+    // Consumers are at the log end (and groups stable) before any producer sends.
+    let consumers =
+        Consumers::start(&config, &cluster, &refresher, &consumer_stats, &counters).await?;
 
     let start_ns = clock.now_ns();
     let warmup_end_ns = start_ns + config.warmup_ms * 1_000_000;
@@ -301,22 +282,16 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
             producers_done = true;
             drain_deadline_ns = now_ns + DRAIN_MS_MAX * 1_000_000;
         }
-        if producers_done {
-            let counters = recorder_totals(&recorder);
-            let caught_up =
-                config.consumers == 0 || counters.consumed_messages >= counters.acked_messages;
-            if caught_up || now_ns >= drain_deadline_ns {
-                break;
-            }
+        if producers_done
+            && (consumers.caught_up(&recorder_totals(&recorder)) || now_ns >= drain_deadline_ns)
+        {
+            break;
         }
     }
     for task in producer_tasks {
         task.await.context("producer task")??;
     }
-    stop_consumers.store(true, Ordering::Relaxed);
-    for task in consumer_tasks {
-        task.await.context("consumer task")??;
-    }
+    let mut finished = consumers.finish().await?;
     let now_ns = clock.now_ns();
     if now_ns > last_ns {
         take_interval(
@@ -327,33 +302,173 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
             Phase::Measure,
         );
     }
-    let take = |history: Option<History>| {
-        history.map_or_else(Vec::new, |h| {
-            std::mem::take(&mut *h.lock().expect("history"))
-        })
-    };
-    let (acked, consumed) = (take(acked), take(consumed));
-    let verify = config.verify.then(|| verify(&acked, &consumed));
-    if let Some(dir) = &config.history_dir {
-        write_history(dir, "acked.txt", &acked)?;
-        write_history(dir, "consumed.txt", &consumed)?;
+    if let FinishedConsumers::Groups(groups) = &mut finished {
+        describe_committed_lags(&cluster, &config.topic, groups).await;
     }
+    let acked = acked.map_or_else(Vec::new, |h| {
+        std::mem::take(&mut *h.lock().expect("history"))
+    });
+    let checked = check_consumed(&config, &acked, finished)?;
     Ok(RunOutcome {
         recorder,
-        verify,
+        verify: checked.verify,
         acked,
-        consumed,
+        consumed: checked.consumed,
+        groups: checked.groups,
         longest_ack_gap_ms: gaps.longest_ms(end_ns.min(now_ns)),
         retried_batches: counters.retried_batches.load(Ordering::Relaxed),
         fetch_errors: counters.fetch_errors.load(Ordering::Relaxed),
     })
 }
 
-/// Counts of failures the workers rode through.
-#[derive(Debug, Default)]
-struct RideThroughCounters {
-    retried_batches: std::sync::atomic::AtomicU64,
-    fetch_errors: std::sync::atomic::AtomicU64,
+/// The run's consumers: the load generator's own tasks, each with a fixed
+/// share of the partitions (one logical group), or members of consumer
+/// groups (`--consumer-group`).
+enum Consumers {
+    Assigned {
+        tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+        stop: Arc<AtomicBool>,
+        consumed: Option<History>,
+    },
+    Groups(GroupConsumers),
+}
+
+/// What the consumers read, once stopped.
+enum FinishedConsumers {
+    Assigned(Vec<HistoryRecord>),
+    Groups(Vec<FinishedGroup>),
+}
+
+impl Consumers {
+    /// Starts the consumers; returns once each reads from the log end (for
+    /// groups: once every group is stable).
+    async fn start(
+        config: &Arc<RunConfig>,
+        cluster: &Cluster,
+        refresher: &MetadataRefresher,
+        stats: &[Arc<Mutex<WorkerStats>>],
+        counters: &Arc<RideThroughCounters>,
+    ) -> anyhow::Result<Consumers> {
+        if config.consumer_group.is_some() {
+            let mut groups = GroupConsumers::start(config, cluster, stats, counters)?;
+            groups.wait_stable().await?;
+            return Ok(Consumers::Groups(groups));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let consumed: Option<History> = config.verify.then(Default::default);
+        let mut tasks = Vec::new();
+        for (index, stats) in stats.iter().enumerate() {
+            let partitions: Vec<i32> = (0..config.partitions as i32)
+                .filter(|p| *p as usize % config.consumers as usize == index)
+                .collect();
+            let positions = start_positions(cluster, &config.topic, &partitions).await?;
+            let task = ConsumerTask {
+                config: config.clone(),
+                cluster: cluster.clone(),
+                refresher: refresher.clone(),
+                partitions: positions,
+                stats: stats.clone(),
+                stop: stop.clone(),
+                consumed: consumed.clone(),
+                counters: counters.clone(),
+            };
+            tasks.push(tokio::spawn(task.run()));
+        }
+        Ok(Consumers::Assigned {
+            tasks,
+            stop,
+            consumed,
+        })
+    }
+
+    /// The drain's test: every logical group has read as many records as
+    /// were acked (expected reads = acked × groups).
+    fn caught_up(&self, totals: &crate::histograms::Counters) -> bool {
+        match self {
+            Consumers::Assigned { tasks, .. } => {
+                tasks.is_empty() || totals.consumed_messages >= totals.acked_messages
+            }
+            Consumers::Groups(groups) => groups.caught_up(totals.acked_messages),
+        }
+    }
+
+    async fn finish(self) -> anyhow::Result<FinishedConsumers> {
+        match self {
+            Consumers::Assigned {
+                tasks,
+                stop,
+                consumed,
+            } => {
+                stop.store(true, Ordering::Relaxed);
+                for task in tasks {
+                    task.await.context("consumer task")??;
+                }
+                let consumed = consumed.map_or_else(Vec::new, |h| {
+                    std::mem::take(&mut *h.lock().expect("history"))
+                });
+                Ok(FinishedConsumers::Assigned(consumed))
+            }
+            Consumers::Groups(groups) => Ok(FinishedConsumers::Groups(groups.finish().await?)),
+        }
+    }
+}
+
+/// The consumed side of a run's outcome.
+struct CheckedConsumers {
+    verify: Option<VerifyReport>,
+    consumed: Vec<HistoryRecord>,
+    groups: Vec<GroupSummary>,
+}
+
+/// With `verify`, checks each logical group's reads against every ack on
+/// its own: a record every group read once is read once per group, not
+/// duplicated, and a record one group missed is lost even if another read
+/// it. With `history_dir`, writes `acked.txt` and the reads
+/// (`consumed.txt`, or `consumed-<group>.txt` per consumer group).
+fn check_consumed(
+    config: &RunConfig,
+    acked: &[HistoryRecord],
+    finished: FinishedConsumers,
+) -> anyhow::Result<CheckedConsumers> {
+    if let Some(dir) = &config.history_dir {
+        write_history(dir, "acked.txt", acked)?;
+    }
+    let groups = match finished {
+        FinishedConsumers::Assigned(consumed) => {
+            if let Some(dir) = &config.history_dir {
+                write_history(dir, "consumed.txt", &consumed)?;
+            }
+            return Ok(CheckedConsumers {
+                verify: config.verify.then(|| verify(acked, &consumed)),
+                consumed,
+                groups: Vec::new(),
+            });
+        }
+        FinishedConsumers::Groups(groups) => groups,
+    };
+    let mut checked = CheckedConsumers {
+        verify: config.verify.then(VerifyReport::default),
+        consumed: Vec::new(),
+        groups: Vec::with_capacity(groups.len()),
+    };
+    for FinishedGroup {
+        mut summary,
+        consumed,
+    } in groups
+    {
+        if let Some(total) = &mut checked.verify {
+            let report = verify(acked, &consumed);
+            total.add(&report);
+            summary.verify = Some(report);
+        }
+        if let Some(dir) = &config.history_dir {
+            let name = format!("consumed-{}.txt", summary.group_id);
+            write_history(dir, &name, &consumed)?;
+        }
+        checked.consumed.extend(consumed);
+        checked.groups.push(summary);
+    }
+    Ok(checked)
 }
 
 /// Writes a history as `partition offset value_id` lines, the format
@@ -1075,9 +1190,7 @@ impl ConsumerTask {
                         continue;
                     }
                     let value = record.value.unwrap_or_default();
-                    let header =
-                        decode_header(self.config.payload, value).context("payload header")?;
-                    local.record_consume(value.len() as u64, now_us, header.send_time_us);
+                    let header = record_consumed(self.config.payload, &mut local, value, now_us)?;
                     if self.consumed.is_some() {
                         history.push(HistoryRecord::new(
                             partition.partition as u32,
@@ -1094,5 +1207,70 @@ impl ConsumerTask {
             consumed.lock().expect("history lock").extend(history);
         }
         Ok(trouble)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group_consumers::CommittedLag;
+    use crate::group_progress::GroupEventCounts;
+    use crate::run_config::RunFlags;
+
+    fn group(id: &str, consumed: Vec<HistoryRecord>) -> FinishedGroup {
+        FinishedGroup {
+            summary: GroupSummary {
+                group_id: id.to_string(),
+                members: 2,
+                records_read: consumed.len() as u64,
+                records_new: consumed.len() as u64,
+                events: GroupEventCounts::default(),
+                close_error: None,
+                committed_lag: Some(Ok(CommittedLag {
+                    lag_records: 0,
+                    partitions_known: 2,
+                })),
+                verify: None,
+            },
+            consumed,
+        }
+    }
+
+    // Each consumer group is checked against every ack on its own: two
+    // groups reading the same records are not duplicates, and a record one
+    // group missed is lost even though the other group read it.
+    #[test]
+    fn verify_counts_per_group() {
+        let flags = RunFlags {
+            consumer_group: Some("g".into()),
+            consumer_groups: Some(2),
+            verify: true,
+            ..RunFlags::default()
+        };
+        let config = RunConfig::resolve(flags, 0).unwrap();
+        let acked: Vec<HistoryRecord> = (0..4)
+            .map(|i| HistoryRecord::new(i % 2, u64::from(i / 2), ValueId::new(0, u64::from(i))))
+            .collect();
+        let everything = FinishedConsumers::Groups(vec![
+            group("g-0", acked.clone()),
+            group("g-1", acked.clone()),
+        ]);
+        let checked = check_consumed(&config, &acked, everything).unwrap();
+        let total = checked.verify.unwrap();
+        assert!(total.is_clean(), "{total:?}");
+        assert_eq!(total.acked_records, 8, "acked × groups");
+        assert_eq!(total.duplicated, 0);
+        assert_eq!(checked.consumed.len(), 8);
+        assert_eq!(checked.groups.len(), 2);
+        assert!(checked.groups.iter().all(|g| g.verify.unwrap().is_clean()));
+
+        let one_missed = FinishedConsumers::Groups(vec![
+            group("g-0", acked.clone()),
+            group("g-1", acked[1..].to_vec()),
+        ]);
+        let checked = check_consumed(&config, &acked, one_missed).unwrap();
+        assert_eq!(checked.verify.unwrap().lost, 1);
+        assert!(checked.groups[0].verify.unwrap().is_clean());
+        assert_eq!(checked.groups[1].verify.unwrap().lost, 1);
     }
 }

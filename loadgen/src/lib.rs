@@ -6,9 +6,16 @@
 //! and merges them per interval, `progress` prints the per-second line,
 //! `report` writes result.json, .hgrm files and report.html, and `verify`
 //! checks the acked/consumed history; `readback` reads a whole topic back
-//! after a run.
+//! after a run. With `--consumer-group`, `group_consumers` reads through
+//! consumer groups instead, with `group_stability` deciding when a group
+//! may start and `group_progress` counting what each group read; `consume`
+//! holds what both kinds of consumer share.
 
+pub mod consume;
 pub mod driver;
+pub mod group_consumers;
+pub mod group_progress;
+pub mod group_stability;
 pub mod histograms;
 pub mod keys;
 pub mod payload;
@@ -16,6 +23,7 @@ pub mod plan;
 pub mod progress;
 pub mod readback;
 pub mod report;
+pub mod report_dir;
 pub mod report_html;
 pub mod run_config;
 pub mod schedule;

@@ -11,7 +11,8 @@ use clap::{Args, Parser, Subcommand};
 use loadgen::keys::KeySpec;
 use loadgen::payload::PayloadKind;
 use loadgen::plan::{Plan, PlanInput};
-use loadgen::report::{render_latency_table, write_report_dir};
+use loadgen::report::render_latency_table;
+use loadgen::report_dir::write_report_dir;
 use loadgen::run_config::{parse_topic_config, Acks, Compression, RunConfig, RunFlags, Scenario};
 use loadgen::units::{parse_bandwidth_bytes_per_s, parse_duration_ms, parse_size_bytes};
 use loadgen::verify::{parse_history, verify};
@@ -140,9 +141,21 @@ struct RunArgs {
     /// Producer workers [default: 1].
     #[arg(long)]
     producers: Option<u32>,
-    /// Consumer workers, one group; 0 = produce only [default: 1].
+    /// Consumer workers, one group; 0 = produce only. With
+    /// --consumer-group: the members of each group [default: 1].
     #[arg(long)]
     consumers: Option<u32>,
+    /// Consume through consumer groups with this group id (the id prefix
+    /// with several groups: NAME-0, NAME-1, ...). Members start at the log
+    /// end once every group is stable, auto-commit every second, and
+    /// commit and leave at the end. Without it, consumers split the
+    /// partitions among themselves and commit nothing.
+    #[arg(long)]
+    consumer_group: Option<String>,
+    /// With --consumer-group: how many groups read the whole topic, each
+    /// with --consumers members (1..=16) [default: 1].
+    #[arg(long)]
+    consumer_groups: Option<u32>,
     /// 0, 1 or all [default: all].
     #[arg(long)]
     acks: Option<Acks>,
@@ -211,6 +224,8 @@ impl RunArgs {
             delivery_timeout_ms: self.delivery_timeout,
             topic_configs: self.topic_configs,
             history_dir: self.history_dir,
+            consumer_group: self.consumer_group,
+            consumer_groups: self.consumer_groups,
         }
     }
 }
@@ -276,6 +291,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         serde_json::to_string_pretty(&config)?
     );
     let report_dir = config.report_dir.clone();
+    let partitions = config.partitions;
     let workload = config.workload_parameters();
     let threads = std::env::var("RINGLOG_LOADGEN_THREADS")
         .ok()
@@ -295,6 +311,9 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "longest partition unavailability {} ms · batches retried {} · fetch errors ridden through {}",
         outcome.longest_ack_gap_ms, outcome.retried_batches, outcome.fetch_errors
     );
+    for group in &outcome.groups {
+        println!("{}", group.render_line(partitions));
+    }
     let files = write_report_dir(&report_dir, &workload, &outcome.recorder)?;
     for file in &files {
         println!("wrote {}", file.display());
@@ -307,7 +326,15 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{unaccounted} sends were neither acknowledged nor failed");
         return Ok(ExitCode::from(EXIT_RUN_FAILED));
     }
+    for group in &outcome.groups {
+        if let Some(report) = &group.verify {
+            print!("group {}: {}", group.group_id, report.render_text());
+        }
+    }
     if let Some(report) = outcome.verify {
+        if !outcome.groups.is_empty() {
+            print!("all {} groups: ", outcome.groups.len());
+        }
         print!("{}", report.render_text());
         if !report.is_clean() {
             return Ok(ExitCode::from(EXIT_VERIFY_ANOMALIES));

@@ -1,7 +1,7 @@
 //! End-of-run reports: the console latency table, `result.json` with
 //! OpenMessaging Benchmark field names, one `.hgrm` percentile distribution
 //! per histogram, and `report.html` with inline SVG plots. Rendering is pure
-//! (strings out); only `write_report_dir` touches the file system. The HTML
+//! (strings out); `report_dir::write_report_dir` writes the files. The HTML
 //! must never reference anything outside itself (no scripts, fonts, styles
 //! or images fetched from the network).
 //!
@@ -12,7 +12,7 @@
 //! `latencyUnit` field.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use hdrhistogram::Histogram;
 use serde::ser::SerializeMap;
@@ -57,7 +57,15 @@ pub struct WorkloadParameters {
     pub message_size: u64,
     pub target_rate_msgs_per_s: u64,
     pub producers_per_topic: u32,
+    /// Consumers of each group (OMB's `consumerPerSubscription`).
     pub consumers_per_topic: u32,
+    /// Addition, OMB's workload term: consumer groups each reading the
+    /// whole topic (0 when the run only produces).
+    pub subscriptions_per_topic: u32,
+    /// Addition: the group id (or id prefix) when consuming through
+    /// consumer groups; absent for the load generator's own assignment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumer_group: Option<String>,
     pub duration_s: f64,
     pub warmup_s: f64,
     pub acks: String,
@@ -332,45 +340,6 @@ pub fn render_hgrm(
     out
 }
 
-/// Writes result.json, one .hgrm per histogram and report.html into `dir`
-/// (created if missing). Returns the written paths.
-pub fn write_report_dir(
-    dir: &Path,
-    workload: &WorkloadParameters,
-    recorder: &RunRecorder,
-) -> Result<Vec<PathBuf>, ReportError> {
-    let io_error = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ReportError::Io { path, source }
-    };
-    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-    let result = TestResult::build(workload, recorder);
-    let mut files: Vec<(PathBuf, String)> = vec![(
-        dir.join("result.json"),
-        serde_json::to_string_pretty(&result)? + "\n",
-    )];
-    for kind in LatencyKind::ALL {
-        files.push((
-            dir.join(format!("{}.hgrm", kind.slug())),
-            render_hgrm(
-                recorder.aggregate().get(kind),
-                HGRM_TICKS_PER_HALF_DISTANCE,
-                HGRM_VALUE_SCALE_US_PER_MS,
-            ),
-        ));
-    }
-    files.push((
-        dir.join("report.html"),
-        crate::report_html::render_html(&result),
-    ));
-    let mut written = Vec::with_capacity(files.len());
-    for (path, text) in files {
-        std::fs::write(&path, text).map_err(io_error(&path))?;
-        written.push(path);
-    }
-    Ok(written)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -388,6 +357,8 @@ pub(crate) mod tests {
             target_rate_msgs_per_s: 1_000,
             producers_per_topic: 2,
             consumers_per_topic: 2,
+            subscriptions_per_topic: 1,
+            consumer_group: None,
             duration_s: 3.0,
             warmup_s: 0.0,
             acks: "all".to_string(),
@@ -555,21 +526,5 @@ pub(crate) mod tests {
         ] {
             assert!(table.contains(needle), "{needle}");
         }
-    }
-
-    // write_report_dir writes the five files.
-    #[test]
-    fn writes_report_files() {
-        let dir = std::env::temp_dir().join(format!("loadgen-report-{}", std::process::id()));
-        let written = write_report_dir(&dir, &sample_workload(), &sample_recorder()).unwrap();
-        assert_eq!(written.len(), 5);
-        for path in &written {
-            assert!(
-                std::fs::metadata(path).unwrap().len() > 0,
-                "{}",
-                path.display()
-            );
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -276,11 +276,20 @@ pub fn render_html(r: &TestResult) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>\n<style>body{{font-family:sans-serif;margin:24px;color:#222}} table{{border-collapse:collapse;margin:12px 0}} td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} .grid{{stroke:#e4e4e4}} .title{{font-weight:bold;font-size:14px}} .ylabel{{font-size:11px;text-anchor:end}} .xlabel{{font-size:11px;text-anchor:middle}} .axis{{font-size:12px;text-anchor:middle}} .legend{{font-size:12px}}</style></head><body>\n<h1>{t}</h1>\n",
         t = escape(&title)
     );
+    let consumers = match &w.consumer_group {
+        Some(group) => format!(
+            "{} consumers in each of {} consumer groups ({})",
+            w.consumers_per_topic,
+            w.subscriptions_per_topic,
+            escape(group)
+        ),
+        None => format!("{} consumers", w.consumers_per_topic),
+    };
     let _ = writeln!(
         page,
-        "<p>topic {} · {} partitions · RF {} · {} B messages · target {} msg/s · {} producers · {} consumers · acks={} · batch {} B · linger {} ms · compression {} · keys {} · payload {} · {} s measured after {} s warmup · seed {}</p>",
+        "<p>topic {} · {} partitions · RF {} · {} B messages · target {} msg/s · {} producers · {} · acks={} · batch {} B · linger {} ms · compression {} · keys {} · payload {} · {} s measured after {} s warmup · seed {}</p>",
         escape(&w.topic), w.partitions, w.replication_factor, w.message_size, w.target_rate_msgs_per_s,
-        w.producers_per_topic, w.consumers_per_topic, escape(&w.acks), w.batch_bytes, w.linger_ms,
+        w.producers_per_topic, consumers, escape(&w.acks), w.batch_bytes, w.linger_ms,
         escape(&w.compression), escape(&w.keys), escape(&w.payload), w.duration_s, w.warmup_s, w.seed
     );
     let _ = writeln!(

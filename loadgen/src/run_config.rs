@@ -24,6 +24,15 @@ pub const LINGER_MS_MAX: u64 = 10_000;
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 pub const BOOTSTRAP_ADDRESSES_MAX: usize = 64;
 pub const TOPIC_CONFIGS_MAX: usize = 64;
+/// Bound on `--consumer-groups`: each group reads the whole topic again.
+pub const CONSUMER_GROUPS_MAX: u32 = 16;
+/// Bound on group members over all groups (`--consumers` × `--consumer-groups`):
+/// each member is its own task, fetch state and heartbeat.
+pub const GROUP_MEMBERS_TOTAL_MAX: u32 = 1_024;
+/// Bound on the members of one group: what one DescribeGroup answer holds.
+pub const GROUP_MEMBERS_MAX: u32 = client::group_types::GROUP_MEMBERS_MAX as u32;
+/// Longest group id the coordinator accepts.
+pub const GROUP_ID_BYTES_MAX: usize = client::group_types::GROUP_ID_BYTES_MAX;
 /// Kafka's `delivery.timeout.ms` default: how long a batch is retried.
 pub const DELIVERY_TIMEOUT_MS_DEFAULT: u64 = 120_000;
 
@@ -183,6 +192,10 @@ pub struct RunFlags {
     /// `key=value` topic configs used when the run creates the topic.
     pub topic_configs: Vec<(String, String)>,
     pub history_dir: Option<PathBuf>,
+    /// `--consumer-group`: consume through consumer groups with this id
+    /// (or id prefix, with several groups).
+    pub consumer_group: Option<String>,
+    pub consumer_groups: Option<u32>,
 }
 
 impl RunFlags {
@@ -216,6 +229,8 @@ impl RunFlags {
                 self.topic_configs
             },
             history_dir: self.history_dir.or(fallback.history_dir),
+            consumer_group: self.consumer_group.or(fallback.consumer_group),
+            consumer_groups: self.consumer_groups.or(fallback.consumer_groups),
         }
     }
 }
@@ -246,6 +261,8 @@ fn defaults() -> RunFlags {
         delivery_timeout_ms: Some(DELIVERY_TIMEOUT_MS_DEFAULT),
         topic_configs: Vec::new(),
         history_dir: None,
+        consumer_group: None,
+        consumer_groups: Some(1),
     }
 }
 
@@ -270,7 +287,10 @@ pub struct RunConfig {
     pub warmup_ms: u64,
     /// 1..=PRODUCERS_MAX.
     pub producers: u32,
-    /// 0..=CONSUMERS_MAX, all in one consumer group (0: produce only).
+    /// 0..=CONSUMERS_MAX (0: produce only). Without `consumer_group`:
+    /// consumer tasks that split the partitions among themselves (partition
+    /// p goes to consumer p mod consumers) and read from the log end, one
+    /// logical group. With it: members of each consumer group.
     pub consumers: u32,
     pub acks: Acks,
     /// Batch bound, message size..=16 MiB.
@@ -297,6 +317,16 @@ pub struct RunConfig {
     /// With `verify`: where `acked.txt` and `consumed.txt` are written
     /// (`partition offset value_id` per line), for `ringlog-loadgen verify`.
     pub history_dir: Option<PathBuf>,
+    /// Consume through consumer groups: the group id when
+    /// `consumer_group_count` is 1, else the prefix of ids `NAME-0`..;
+    /// `None` keeps the consumer tasks above. 1..=255 bytes of
+    /// `[A-Za-z0-9._-]`, suffix included.
+    pub consumer_group: Option<String>,
+    /// Consumer groups, each reading the whole topic with `consumers`
+    /// members. 1..=CONSUMER_GROUPS_MAX; `consumers` at most
+    /// GROUP_MEMBERS_MAX and `consumers` × groups at most
+    /// GROUP_MEMBERS_TOTAL_MAX; more than 1 needs `consumer_group`.
+    pub consumer_group_count: u32,
 }
 
 fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
@@ -336,6 +366,8 @@ impl RunConfig {
             delivery_timeout_ms: f.delivery_timeout_ms.expect("defaulted"),
             topic_configs: f.topic_configs,
             history_dir: f.history_dir,
+            consumer_group: f.consumer_group,
+            consumer_group_count: f.consumer_groups.expect("defaulted"),
         };
         config.validate()?;
         Ok(config)
@@ -404,12 +436,70 @@ impl RunConfig {
                 "needs at least one consumer (--consumers)",
             ));
         }
-        Ok(())
+        self.validate_groups()
+    }
+
+    fn validate_groups(&self) -> Result<(), RunConfigError> {
+        check(
+            "consumer-groups",
+            u64::from(self.consumer_group_count),
+            1,
+            u64::from(CONSUMER_GROUPS_MAX),
+        )?;
+        let Some(name) = &self.consumer_group else {
+            if self.consumer_group_count != 1 {
+                return Err(invalid("consumer-groups", "needs --consumer-group"));
+            }
+            return Ok(());
+        };
+        if self.consumers == 0 {
+            return Err(invalid(
+                "consumer-group",
+                "needs at least one member per group (--consumers)",
+            ));
+        }
+        check(
+            "consumers",
+            u64::from(self.consumers),
+            1,
+            u64::from(GROUP_MEMBERS_MAX),
+        )?;
+        let members = u64::from(self.consumers) * u64::from(self.consumer_group_count);
+        if members > u64::from(GROUP_MEMBERS_TOTAL_MAX) {
+            return Err(invalid(
+                "consumers",
+                format!(
+                    "{members} group members ({} × {} groups) is over {GROUP_MEMBERS_TOTAL_MAX}",
+                    self.consumers, self.consumer_group_count
+                ),
+            ));
+        }
+        let longest = group_id(
+            name,
+            self.consumer_group_count,
+            self.consumer_group_count - 1,
+        );
+        validate_name("consumer-group", &longest, GROUP_ID_BYTES_MAX)
     }
 
     /// Consumer groups reading the topic (backlog = published × groups − consumed).
     pub fn consumer_groups(&self) -> u32 {
-        u32::from(self.consumers > 0)
+        if self.consumers == 0 {
+            0
+        } else {
+            self.consumer_group_count
+        }
+    }
+
+    /// The ids of the run's consumer groups, in order; empty without
+    /// `consumer_group`.
+    pub fn group_ids(&self) -> Vec<String> {
+        let Some(name) = &self.consumer_group else {
+            return Vec::new();
+        };
+        (0..self.consumer_group_count)
+            .map(|index| group_id(name, self.consumer_group_count, index))
+            .collect()
     }
 
     /// The report's echo of this configuration.
@@ -425,6 +515,8 @@ impl RunConfig {
             target_rate_msgs_per_s: self.rate_msgs_per_s,
             producers_per_topic: self.producers,
             consumers_per_topic: self.consumers,
+            subscriptions_per_topic: self.consumer_groups(),
+            consumer_group: self.consumer_group.clone(),
             duration_s: self.duration_ms as f64 / 1e3,
             warmup_s: self.warmup_ms as f64 / 1e3,
             acks: self.acks.to_string(),
@@ -445,19 +537,31 @@ fn check(flag: &'static str, value: u64, min: u64, max: u64) -> Result<(), RunCo
     Ok(())
 }
 
-fn validate_topic(topic: &str) -> Result<(), RunConfigError> {
-    if topic.is_empty() || topic.len() > TOPIC_NAME_BYTES_MAX {
-        return Err(invalid(
-            "topic",
-            format!("length must be 1..={TOPIC_NAME_BYTES_MAX}"),
-        ));
+/// Group `index` of `count`: the name itself when there is one group, else
+/// `NAME-index`, so one group keeps exactly the id asked for.
+fn group_id(name: &str, count: u32, index: u32) -> String {
+    assert!(index < count, "group {index} of {count}");
+    if count == 1 {
+        name.to_owned()
+    } else {
+        format!("{name}-{index}")
     }
-    if let Some(bad) = topic
+}
+
+fn validate_topic(topic: &str) -> Result<(), RunConfigError> {
+    validate_name("topic", topic, TOPIC_NAME_BYTES_MAX)
+}
+
+fn validate_name(flag: &'static str, name: &str, bytes_max: usize) -> Result<(), RunConfigError> {
+    if name.is_empty() || name.len() > bytes_max {
+        return Err(invalid(flag, format!("length must be 1..={bytes_max}")));
+    }
+    if let Some(bad) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
         return Err(invalid(
-            "topic",
+            flag,
             format!("{bad:?} is not one of [A-Za-z0-9._-]"),
         ));
     }
@@ -608,6 +712,96 @@ mod tests {
             let error = RunConfig::resolve(flags, 0).unwrap_err().to_string();
             assert!(error.starts_with(flag), "{error} should name {flag}");
         }
+    }
+
+    // One group keeps the name as given; several get NAME-0.. in order;
+    // without --consumer-group there are none, and the report counts one
+    // logical group of assigned consumers (none when only producing).
+    #[test]
+    fn names_groups() {
+        let groups = |name: Option<&str>, count: Option<u32>, consumers: u32| {
+            let flags = RunFlags {
+                consumer_group: name.map(String::from),
+                consumer_groups: count,
+                consumers: Some(consumers),
+                ..RunFlags::default()
+            };
+            RunConfig::resolve(flags, 0).unwrap()
+        };
+        let one = groups(Some("lg"), None, 2);
+        assert_eq!(one.group_ids(), vec!["lg".to_string()]);
+        assert_eq!(one.consumer_groups(), 1);
+        let three = groups(Some("lg"), Some(3), 2);
+        assert_eq!(three.group_ids(), vec!["lg-0", "lg-1", "lg-2"]);
+        assert_eq!(three.consumer_groups(), 3);
+        assert_eq!(three.workload_parameters().subscriptions_per_topic, 3);
+        assert_eq!(
+            three.workload_parameters().consumer_group.as_deref(),
+            Some("lg")
+        );
+        let assigned = groups(None, None, 2);
+        assert!(assigned.group_ids().is_empty());
+        assert_eq!(assigned.consumer_groups(), 1);
+        assert_eq!(assigned.workload_parameters().consumer_group, None);
+        assert_eq!(groups(None, None, 0).consumer_groups(), 0);
+    }
+
+    // Group flags are checked against their bounds and each other.
+    #[test]
+    fn rejects_bad_group_flags() {
+        let flags = |name: Option<&str>, count: Option<u32>, consumers: u32| RunFlags {
+            consumer_group: name.map(String::from),
+            consumer_groups: count,
+            consumers: Some(consumers),
+            ..RunFlags::default()
+        };
+        let longest_ok = "g".repeat(GROUP_ID_BYTES_MAX - 3);
+        let cases: Vec<(RunFlags, &str)> = vec![
+            (flags(Some("lg"), Some(0), 1), "--consumer-groups"),
+            (
+                flags(Some("lg"), Some(CONSUMER_GROUPS_MAX + 1), 1),
+                "--consumer-groups",
+            ),
+            (flags(None, Some(3), 1), "--consumer-groups"),
+            (flags(Some("lg"), None, 0), "--consumer-group"),
+            (flags(Some(""), None, 1), "--consumer-group"),
+            (flags(Some("a b"), None, 1), "--consumer-group"),
+            (
+                flags(Some(&"g".repeat(GROUP_ID_BYTES_MAX + 1)), None, 1),
+                "--consumer-group",
+            ),
+            // The suffix counts: NAME-15 is three bytes longer than NAME.
+            (
+                flags(Some(&format!("{longest_ok}g")), Some(16), 1),
+                "--consumer-group",
+            ),
+            (
+                flags(Some("lg"), None, GROUP_MEMBERS_MAX + 1),
+                "--consumers",
+            ),
+            (
+                flags(
+                    Some("lg"),
+                    Some(CONSUMER_GROUPS_MAX),
+                    GROUP_MEMBERS_TOTAL_MAX / CONSUMER_GROUPS_MAX + 1,
+                ),
+                "--consumers",
+            ),
+        ];
+        for (flags, flag) in cases {
+            let error = RunConfig::resolve(flags, 0).unwrap_err().to_string();
+            assert!(
+                error.starts_with(&format!("{flag}:")),
+                "{error} should name {flag}"
+            );
+        }
+        let fits = flags(Some(&longest_ok), Some(16), 1);
+        assert_eq!(
+            RunConfig::resolve(fits, 0).unwrap().group_ids()[15].len(),
+            GROUP_ID_BYTES_MAX
+        );
+        // Without --consumer-group, --consumer-groups 1 is the default spelled out.
+        assert!(RunConfig::resolve(flags(None, Some(1), 1), 0).is_ok());
     }
 
     // Enumerated flags parse their documented spellings only.

@@ -75,6 +75,21 @@ impl VerifyReport {
             && self.acked_offset_mismatches == 0
     }
 
+    /// Adds the counts of another, independent check (another consumer
+    /// group's reads against the same acks): the sum is clean only if both
+    /// were.
+    pub fn add(&mut self, other: &VerifyReport) {
+        self.acked_records += other.acked_records;
+        self.consumed_records += other.consumed_records;
+        self.distinct_values_read += other.distinct_values_read;
+        self.lost += other.lost;
+        self.duplicated += other.duplicated;
+        self.out_of_order += other.out_of_order;
+        self.offsets_with_two_values += other.offsets_with_two_values;
+        self.acked_offset_mismatches += other.acked_offset_mismatches;
+        self.read_unacked += other.read_unacked;
+    }
+
     pub fn render_text(&self) -> String {
         format!(
             "acked {} · consumed {} ({} distinct values)\nlost {}\nduplicated {}\nout of order {}\noffsets with two values {}\nacked offset mismatches {}\nread but never acked {}\nverdict: {}\n",

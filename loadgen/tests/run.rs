@@ -1,6 +1,7 @@
-//! A short real run: the load generator against a broker started by the test,
+//! Short real runs: the load generator against a broker started by the test,
 //! open loop at a modest rate with verification on. Every send must be acked,
-//! every acked record read back once, and the report directory written.
+//! every acked record read back once (by every consumer group, when reading
+//! through groups), and the report directory written.
 
 #[path = "../../client/tests/real_broker/mod.rs"]
 mod real_broker;
@@ -79,4 +80,58 @@ fn short_verified_run_writes_a_report() {
     assert_eq!(result["ackedMessages"].as_u64().unwrap(), published);
     assert_eq!(result["errors"].as_u64().unwrap(), 0);
     assert!(result["aggregatedEndToEndLatency99pct"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn groups_consume_everything_and_commit() {
+    // Proves that two consumer groups of two members each join before
+    // producers start, each read every acked record once (verify per
+    // group), and commit up to the log end when they leave.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_block(2);
+    let _broker = RealBroker::start(&dir.path().join("data"), port);
+    let report = dir.path().join("report");
+    let output = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+        .args(["--topic", "lg-groups", "--partitions", "4"])
+        .args(["--rate", "5000", "--duration", "2s", "--warmup", "0s"])
+        .args(["--consumers", "2", "--consumer-group", "lg"])
+        .args(["--consumer-groups", "2", "--verify", "--seed", "7"])
+        .arg("--report-dir")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for group in ["lg-0", "lg-1"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("group {group}: 2 members")))
+            .unwrap_or_else(|| panic!("a summary of {group}: {stdout}"));
+        assert!(
+            line.contains("committed lag 0 records (4 of 4 partitions committed)"),
+            "{line}"
+        );
+        assert!(
+            stdout.contains(&format!("group {group}: acked")),
+            "{group} verified on its own: {stdout}"
+        );
+    }
+    assert!(stdout.contains("all 2 groups: acked"), "{stdout}");
+    assert_eq!(stdout.matches("verdict: clean").count(), 3, "{stdout}");
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report.join("result.json")).unwrap()).unwrap();
+    let acked = result["ackedMessages"].as_u64().unwrap();
+    assert!(acked >= 8_000, "about 2 s at 5k msg/s: {acked}");
+    assert_eq!(result["subscriptionsPerTopic"].as_u64(), Some(2));
+    assert_eq!(result["consumerGroup"].as_str(), Some("lg"));
+    assert_eq!(
+        result["consumedMessages"].as_u64().unwrap(),
+        2 * acked,
+        "each group reads every record once"
+    );
 }
