@@ -6,7 +6,10 @@
 # can be installed) as the ceiling the run is measured against.
 #
 # Environment: RINGLOG_PORT (default 9092), RINGLOG_WORK (default target/main-job),
-# LOADGEN_ARGS (extra flags for ringlog-loadgen run, e.g. "--duration 60s", or "--consumer-group lg --consumer-groups 3" to consume through three consumer groups).
+# LOADGEN_ARGS (extra flags for ringlog-loadgen run, e.g. "--duration 60s", or
+# "--consumer-groups 3" to read everything through three consumer groups),
+# MAIN_CONSUMER_GROUP (default main-job: the consumers read as members of this
+# consumer group, committing every second; empty: plain assigned consumers).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -39,8 +42,9 @@ for _ in $(seq 1 100); do
 done
 
 # shellcheck disable=SC2086
+group="${MAIN_CONSUMER_GROUP-main-job}"
 target/release/ringlog-loadgen run --bootstrap "127.0.0.1:$port" --scenario 1m-500b \
-    --report-dir "$report" ${LOADGEN_ARGS:-} || echo "load generator exited with $?"
+    --report-dir "$report" ${group:+--consumer-group "$group"} ${LOADGEN_ARGS:-} || echo "load generator exited with $?"
 
 kill -TERM $broker
 wait $broker || true
