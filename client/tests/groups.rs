@@ -65,6 +65,7 @@ type Received = Arc<Mutex<Vec<(i32, i64, i64)>>>;
 /// A member polling in its own task until told to stop (then it closes:
 /// commit and leave) or aborted (a crash: no leave).
 struct Member {
+    member_id: String,
     received: Received,
     assignment: Arc<Mutex<BTreeSet<i32>>>,
     stop: Arc<AtomicBool>,
@@ -79,6 +80,7 @@ impl Member {
             .await
             .unwrap();
         consumer.subscribe(&[topic.to_string()]).unwrap();
+        let member_id = consumer.member_id().to_string();
         let received: Received = Arc::default();
         let assignment: Arc<Mutex<BTreeSet<i32>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
@@ -115,6 +117,7 @@ impl Member {
             })
         };
         Member {
+            member_id,
             received,
             assignment,
             stop,
@@ -253,25 +256,40 @@ fn members_split_rebalance_incrementally_and_are_removed_or_fenced() {
 
         // A member process killed with -9: its partitions move once its
         // session (4 s) ends.
-        let mut cli = Command::new(env!("CARGO_BIN_EXE_ringlog"))
-            .args(["--bootstrap", &bootstrap, "consume", "t", "--group", "g", "--session-timeout-ms", "4000"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            let owned: usize = [&a, &b, &c, &d].iter().map(|m| m.assignment().len()).sum();
-            let members = admin.describe_group("g").await.unwrap().members.len();
-            if members == 5 && owned <= 10 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the CLI member never got partitions");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let killed_out = root.path().join("killed.txt");
+        let mut cli = start_cli_member_of_g(&bootstrap, &killed_out);
+        wait_cli_member_owns(&admin, &[&a, &b, &c, &d]).await;
         cli.kill().unwrap();
         cli.wait().unwrap();
         wait_split(&[&a, &b, &c, &d], &[3, 3, 3, 3], 12, "after kill -9 of a member").await;
+
+        // A member process stopped with SIGSTOP past its session: its
+        // partitions move on, and once it continues it cannot commit over
+        // the new owners (their committed offsets never go back).
+        let stopped_out = root.path().join("stopped.txt");
+        let mut cli = start_cli_member_of_g(&bootstrap, &stopped_out);
+        let (stopped_id, stopped_parts) = wait_cli_member_owns(&admin, &[&a, &b, &c, &d]).await;
+        signal(&cli, "-STOP");
+        wait_split(&[&a, &b, &c, &d], &[3, 3, 3, 3], 12, "after SIGSTOP of a member").await;
+        let gone = admin.describe_group("g").await.unwrap();
+        assert!(gone.members.iter().all(|m| m.member_id != stopped_id), "the stopped member is still in the group");
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let committed_of = |all: BTreeMap<TopicPartition, client::CommittedOffset>| -> BTreeMap<i32, i64> {
+            all.into_iter().filter(|(tp, _)| stopped_parts.contains(&tp.partition)).map(|(tp, c)| (tp.partition, c.offset)).collect()
+        };
+        let before = committed_of(admin.fetch_committed("g", None).await.unwrap());
+        signal(&cli, "-CONT");
+        let watch_until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < watch_until {
+            let now = committed_of(admin.fetch_committed("g", None).await.unwrap());
+            for (p, offset) in &before {
+                assert!(now[p] >= *offset, "partition {p}: committed offset went back from {offset} to {} after the stopped member continued", now[p]);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        cli.kill().unwrap();
+        cli.wait().unwrap();
+        wait_split(&[&a, &b, &c, &d], &[3, 3, 3, 3], 12, "after the stopped member left").await;
 
         // A member that stops polling (a frozen process) past its session
         // is removed; when it wakes up it cannot commit.
@@ -300,6 +318,10 @@ fn members_split_rebalance_incrementally_and_are_removed_or_fenced() {
             all.extend(m.received.lock().unwrap().iter().copied());
         }
         all.extend(d.received.lock().unwrap().iter().copied());
+        // What the member processes printed before they were killed (the
+        // members that took their partitions over started at their commits).
+        all.extend(read_cli_output(&killed_out));
+        all.extend(read_cli_output(&stopped_out));
         // Nothing was skipped: every acknowledged offset reached a member
         // (partitions moved with their committed positions).
         for (partition, count) in acked {
@@ -332,6 +354,78 @@ fn metric_of(text: &str, name: &str, group: &str, topic: &str, partition: i32) -
         .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&labels))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .reduce(|a, b| a + b)
+}
+
+/// `ringlog consume t --group g` as a member process with a 4 s session,
+/// committing every 100 ms, printing `partition offset timestamp` lines to
+/// `out`.
+fn start_cli_member_of_g(bootstrap: &str, out: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ringlog"))
+        .args([
+            "--bootstrap",
+            bootstrap,
+            "consume",
+            "t",
+            "--group",
+            "g",
+            "--session-timeout-ms",
+            "4000",
+            "--commit-interval-ms",
+            "100",
+            "--format",
+            "{partition} {offset} {timestamp}",
+        ])
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// What a CLI member printed, as (partition, offset, timestamp).
+fn read_cli_output(out: &Path) -> Vec<(i32, i64, i64)> {
+    std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((
+                f.first()?.parse().ok()?,
+                f.get(1)?.parse().ok()?,
+                f.get(2)?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// Waits until a fifth member (the CLI process) owns partitions taken from
+/// the in-process members; returns its member id and partitions.
+async fn wait_cli_member_owns(admin: &Admin, members: &[&Member]) -> (String, BTreeSet<i32>) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let owned: usize = members.iter().map(|m| m.assignment().len()).sum();
+        let ours: BTreeSet<String> = members.iter().map(|m| m.member_id.clone()).collect();
+        let group = admin.describe_group("g").await.unwrap();
+        let other = group.members.iter().find(|m| !ours.contains(&m.member_id));
+        if let Some(other) =
+            other.filter(|o| !o.assigned.is_empty() && owned + o.assigned.len() == 12)
+        {
+            let parts = other.assigned.iter().map(|tp| tp.partition).collect();
+            return (other.member_id.clone(), parts);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the CLI member never got partitions"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
 
 fn is_fenced(e: &ClientError) -> bool {
@@ -523,6 +617,39 @@ fn groups_are_independent_and_reset_replays_from_a_time() {
         );
         let unchanged = admin.fetch_committed("one", None).await.unwrap();
         assert!(unchanged.values().all(|c| c.offset == 100));
+        // The same through the CLI.
+        let output = Command::new(env!("CARGO_BIN_EXE_ringlog"))
+            .args([
+                "--bootstrap",
+                &bootstrap,
+                "group",
+                "reset",
+                "one",
+                "--topic",
+                "t3",
+                "--to",
+                &format!("@{at}"),
+                "--dry-run",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            printed
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["0", "100", "60"]),
+            "{printed}"
+        );
+        let unchanged = admin.fetch_committed("one", None).await.unwrap();
+        assert!(
+            unchanged.values().all(|c| c.offset == 100),
+            "a dry run committed: {unchanged:?}"
+        );
         admin
             .reset_offsets("one", "t3", ResetTo::Timestamp(at), false)
             .await

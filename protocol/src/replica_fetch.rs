@@ -30,7 +30,13 @@ pub fn encode_replica_fetch(
     partitions: &[ReplicaFetchPartition],
 ) -> Vec<u8> {
     let replica_id = i32::try_from(replica_id).unwrap_or(i32::MAX);
-    encode_fetch(replica_id, replica_epoch, max_wait_ms, partition_bytes_max, partitions)
+    encode_fetch(
+        replica_id,
+        replica_epoch,
+        max_wait_ms,
+        partition_bytes_max,
+        partitions,
+    )
 }
 
 /// The body of a consumer's fetch (no replica id: it reads below the high
