@@ -256,7 +256,8 @@ fn stale_epochs_are_fenced_and_commits_checked() {
 }
 
 #[test]
-fn a_static_member_that_restarts_gets_its_partitions_back_without_a_rebalance() {
+fn a_static_member_that_restarts_gets_its_partitions_back_without_a_rebalance_and_a_live_one_keeps_them(
+) {
     let mut c = GroupCoordinator::new(CoordinatorConfig::default(), topics(4));
     let mut log = Vec::new();
     let static_hb = |member: &str, epoch: i32, owned: &BTreeSet<TopicPartition>| {
@@ -294,12 +295,29 @@ fn a_static_member_that_restarts_gets_its_partitions_back_without_a_rebalance() 
         .unwrap();
     assert_eq!(back.assignment, a_owned);
     assert_eq!(c.describe_group("g").unwrap().group_epoch, epoch_before);
-    // Also after a crash without a leave.
-    let again = c
-        .heartbeat(&static_hb("a3", 0, &BTreeSet::new()), now(12))
+    // A live member keeps its instance id: a second process claiming it is
+    // refused until the first leaves or its session ends.
+    let refused = c.heartbeat(&static_hb("a3", 0, &BTreeSet::new()), now(12));
+    assert!(matches!(
+        refused.response,
+        Err(GroupError::UnreleasedInstanceId(_))
+    ));
+    // Its session ends (3 s): the newcomer joins as a new member.
+    let mut t = 12;
+    while c
+        .describe_group("g")
+        .unwrap()
+        .members
+        .iter()
+        .any(|m| m.member_id == "a2")
+    {
+        t += 500;
+        b.beat(&mut c, t, &mut log).unwrap();
+        log.extend(c.tick(now(t)));
+    }
+    c.heartbeat(&static_hb("a3", 0, &BTreeSet::new()), now(t + 1))
         .response
         .unwrap();
-    assert_eq!(again.assignment, a_owned);
     c.check_invariants();
 }
 
@@ -609,4 +627,80 @@ proptest! {
     fn groups_never_share_a_partition_nor_lose_a_commit(ops in proptest::collection::vec(op(), 1..120)) {
         run(ops)?;
     }
+}
+
+#[test]
+fn offsets_expire_counted_from_when_the_group_emptied_and_bare_groups_go_at_once() {
+    let config = CoordinatorConfig {
+        offsets_retention_ms: 1_000,
+    };
+    let mut c = GroupCoordinator::new(config, topics(1));
+    let mut log = Vec::new();
+    let mut a = Client::new("a");
+    a.beat(&mut c, 0, &mut log).unwrap();
+    let commit = CommitRequest {
+        group_id: "g".into(),
+        member_id: "a".into(),
+        member_epoch: MemberEpoch(a.epoch),
+        offsets: vec![(TopicPartition::new("t", 0), 4, String::new())],
+    };
+    c.commit(&commit, now(0)).response.unwrap();
+    // The last commit is long past retention when the member leaves; the
+    // offsets still stay for the retention from that moment.
+    for t in (1_000..5_000).step_by(1_000) {
+        a.beat(&mut c, t, &mut log).unwrap();
+    }
+    let leave = c.heartbeat(&hb("a", -1, &BTreeSet::new()), now(5_000));
+    leave.response.unwrap();
+    assert!(c.tick(now(5_999)).is_empty());
+    assert_eq!(c.fetch_offsets("g", None).unwrap().len(), 1);
+    assert!(!c.tick(now(6_000)).is_empty());
+    assert_eq!(c.group_count(), 0);
+
+    // A group that never committed is dropped at the next tick once empty.
+    let mut b = Client::new("b");
+    b.beat(&mut c, 7_000, &mut log).unwrap();
+    c.heartbeat(&hb("b", -1, &BTreeSet::new()), now(7_001))
+        .response
+        .unwrap();
+    assert_eq!(c.group_count(), 1);
+    c.tick(now(7_002));
+    assert_eq!(c.group_count(), 0);
+}
+
+#[test]
+fn a_coordinator_loaded_without_topics_retargets_groups_and_drops_offsets_of_gone_topics() {
+    let mut c = GroupCoordinator::new(CoordinatorConfig::default(), topics(2));
+    let mut log = Vec::new();
+    let mut a = Client::new("a");
+    settle(&mut c, std::slice::from_mut(&mut a), 0, &mut log);
+    let commit = CommitRequest {
+        group_id: "g".into(),
+        member_id: "a".into(),
+        member_epoch: MemberEpoch(a.epoch),
+        offsets: vec![(TopicPartition::new("t", 1), 9, String::new())],
+    };
+    log.extend(c.commit(&commit, now(1)).records);
+    // While no coordinator is loaded, `t` grows to 3 partitions; the next
+    // coordinator replays the log and is then given the topics.
+    let mut loaded = GroupCoordinator::new(CoordinatorConfig::default(), BTreeMap::new());
+    for r in &log {
+        loaded.replay(r, now(2));
+    }
+    loaded.restart_timers(now(2));
+    assert!(!loaded.set_topics(topics(3), now(3)).is_empty());
+    a.beat(&mut loaded, 4, &mut log).unwrap();
+    a.beat(&mut loaded, 5, &mut log).unwrap();
+    assert_eq!(
+        a.owned.len(),
+        3,
+        "the member gets the partition added meanwhile"
+    );
+    // And a topic deleted meanwhile takes its offsets.
+    let mut again = GroupCoordinator::new(CoordinatorConfig::default(), BTreeMap::new());
+    for r in &log {
+        again.replay(r, now(6));
+    }
+    again.set_topics([("other".to_string(), 1)].into(), now(7));
+    assert!(again.fetch_offsets("g", None).unwrap().is_empty());
 }

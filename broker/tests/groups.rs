@@ -281,6 +281,12 @@ fn commits_survive_restart_and_kill9_and_the_offsets_topic_is_protected() {
         ErrorCode::from_u16(r.results().unwrap().get(0).error_code()),
         ErrorCode::PolicyViolation
     );
+    // Nor can clients write group records into it.
+    let forged = support::batch(1, 1, 0, 8);
+    assert_eq!(
+        admin.produce("__consumer_offsets", 0, &forged, 1).0,
+        ErrorCode::PolicyViolation
+    );
     drop(admin);
 
     assert_eq!(broker.stop(), Some(0));

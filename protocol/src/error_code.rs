@@ -62,10 +62,13 @@ pub enum ErrorCode {
     /// Offsets of a topic that a member of the group subscribes to cannot be
     /// deleted.
     GroupSubscribedToTopic = 35,
+    /// A static member joined with an instance id that a live member still
+    /// holds; retry after that member left (epoch -2) or its session ended.
+    UnreleasedInstanceId = 36,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 36] = [
+    const ALL: [ErrorCode; 37] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -102,6 +105,7 @@ impl ErrorCode {
         ErrorCode::GroupMaxSizeReached,
         ErrorCode::UnsupportedAssignor,
         ErrorCode::GroupSubscribedToTopic,
+        ErrorCode::UnreleasedInstanceId,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -176,6 +180,7 @@ impl ErrorCode {
             ErrorCode::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
             ErrorCode::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
             ErrorCode::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
+            ErrorCode::UnreleasedInstanceId => "UNRELEASED_INSTANCE_ID",
         }
     }
 }

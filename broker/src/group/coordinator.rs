@@ -69,6 +69,10 @@ pub enum GroupError {
     NonEmptyGroup(String),
     #[error("group {0} already has {MEMBERS_PER_GROUP_MAX} members")]
     GroupMaxSizeReached(String),
+    #[error("instance id {0:?} is held by a live member; it is released when that member leaves with epoch -2 or its session ends")]
+    UnreleasedInstanceId(String),
+    #[error("this coordinator already holds {0} groups")]
+    CoordinatorFull(usize),
     #[error("unknown assignor {0:?} (sticky or range)")]
     UnsupportedAssignor(String),
     #[error("unknown topic or partition {0}")]
@@ -90,6 +94,8 @@ impl GroupError {
             GroupError::NonEmptyGroup(_) => C::NonEmptyGroup,
             GroupError::GroupMaxSizeReached(_) => C::GroupMaxSizeReached,
             GroupError::UnsupportedAssignor(_) => C::UnsupportedAssignor,
+            GroupError::UnreleasedInstanceId(_) => C::UnreleasedInstanceId,
+            GroupError::CoordinatorFull(_) => C::GroupMaxSizeReached,
             GroupError::UnknownTopicOrPartition(_) => C::UnknownTopicOrPartition,
             GroupError::GroupSubscribedToTopic { .. } => C::GroupSubscribedToTopic,
         }
@@ -470,8 +476,23 @@ impl GroupCoordinator {
                         })
                 });
                 if let Some(old) = replaced.filter(|old| old != member_id) {
+                    // Only a member that left for a while (-2) hands its
+                    // place over; a live one keeps it until its session ends,
+                    // so two processes never read its partitions at once.
+                    let left = self
+                        .member(group_id, &old)
+                        .is_some_and(|(_, c)| c.member_epoch == MemberEpoch::LEAVE_STATIC);
+                    if !left {
+                        let instance = req.instance_id.clone().unwrap_or_default();
+                        return Err(GroupError::UnreleasedInstanceId(instance));
+                    }
                     self.replace_static_member(group_id, &old, member_id, meta, now, out);
                 } else {
+                    if !self.groups.contains_key(group_id)
+                        && self.groups.len() >= GROUPS_PER_COORDINATOR_MAX
+                    {
+                        return Err(GroupError::CoordinatorFull(GROUPS_PER_COORDINATOR_MAX));
+                    }
                     if self.member(group_id, member_id).is_some() {
                         // A known member asking to join again has dropped
                         // everything it owned (it was fenced or lost its state).
@@ -582,10 +603,19 @@ impl GroupCoordinator {
             current.member_epoch = current.previous_member_epoch;
         }
         let resubscribed = old_meta.subscribed != meta.subscribed;
+        let revoking = current.state == MemberState::UnrevokedPartitions;
+        let rebalance_timeout_ms = u64::from(meta.rebalance_timeout_ms);
         self.emit(out, current_record(group_id, old, None), now);
         self.emit(out, member_record(group_id, old, None), now);
         self.emit(out, member_record(group_id, new, Some(meta)), now);
         self.emit(out, current_record(group_id, new, Some(current)), now);
+        // A revocation it inherited runs against the new member's clock.
+        if let Some(t) = self
+            .timers
+            .get_mut(&(group_id.to_string(), new.to_string()))
+        {
+            t.revocation_deadline_ms = revoking.then(|| now.monotonic_ms + rebalance_timeout_ms);
+        }
         let group = &self.groups[group_id];
         if let Some(mut target) = group.target.clone() {
             if let Some(partitions) = target.members.remove(old) {
@@ -630,6 +660,11 @@ impl GroupCoordinator {
             Some(m) => (m.epoch.next(), assignor.unwrap_or(m.assignor)),
             None => (GroupEpoch(1), assignor.unwrap_or_default()),
         };
+        let empty_since_ms = match (&group.meta, group.members.is_empty()) {
+            (_, false) => -1,
+            (Some(m), true) if m.empty_since_ms >= 0 => m.empty_since_ms,
+            (_, true) => now.wall_ms,
+        };
         self.emit(
             out,
             GroupRecord::Group {
@@ -637,6 +672,7 @@ impl GroupCoordinator {
                 value: Some(GroupValue {
                     epoch,
                     assignor: kind,
+                    empty_since_ms,
                 }),
             },
             now,
@@ -750,23 +786,37 @@ impl GroupCoordinator {
             })
             .map(|(key, _)| key.clone())
             .collect();
+        // All of a group's expired members go before one rebalance.
+        let mut by_group: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (group, member) in expired {
             if self.member(&group, &member).is_some() {
-                self.remove_member(&group, &member, now, &mut out);
+                by_group.entry(group).or_default().push(member);
             }
         }
+        for (group, members) in by_group {
+            for member in &members {
+                self.emit(&mut out, current_record(&group, member, None), now);
+                self.emit(&mut out, member_record(&group, member, None), now);
+            }
+            self.bump_and_assign(&group, None, now, &mut out);
+        }
+        // Groups without members: deleted once retention passed since the
+        // later of their last commit and the moment they became empty (at
+        // once when they hold no offsets).
+        let retention_ms = self.config.offsets_retention_ms;
         let stale: Vec<String> = self
             .groups
             .iter()
             .filter(|(_, g)| {
-                g.members.is_empty()
-                    && g.offsets
-                        .values()
-                        .map(|o| o.commit_time_ms)
-                        .max()
-                        .is_some_and(|last| {
-                            now.wall_ms.saturating_sub(last) >= self.config.offsets_retention_ms
-                        })
+                if !g.members.is_empty() {
+                    return false;
+                }
+                let last_commit = g.offsets.values().map(|o| o.commit_time_ms).max();
+                let empty_since = g.meta.as_ref().map_or(-1, |m| m.empty_since_ms);
+                match last_commit {
+                    None => true,
+                    Some(last) => now.wall_ms.saturating_sub(last.max(empty_since)) >= retention_ms,
+                }
             })
             .map(|(name, _)| name.clone())
             .collect();
@@ -776,8 +826,12 @@ impl GroupCoordinator {
         out
     }
 
-    /// The cluster's topics changed: offsets of deleted topics go, and groups
-    /// subscribed to a topic whose partitions changed get a new target.
+    /// The cluster's topics changed: offsets of topics that no longer exist
+    /// go, and groups subscribed to a topic whose partitions changed get a
+    /// new target. A coordinator loaded from the log starts from no topics
+    /// and is given the current ones, so a change that happened while no
+    /// coordinator was loaded (or whose records were lost with the old
+    /// leader) is applied then.
     pub fn set_topics(&mut self, topics: BTreeMap<String, u32>, now: Now) -> Vec<GroupRecord> {
         let mut out = Vec::new();
         let changed: BTreeSet<String> = self
@@ -792,12 +846,6 @@ impl GroupCoordinator {
                     .cloned(),
             )
             .collect();
-        let deleted: BTreeSet<String> = self
-            .topics
-            .keys()
-            .filter(|t| !topics.contains_key(*t))
-            .cloned()
-            .collect();
         self.topics = topics;
         if changed.is_empty() {
             return out;
@@ -805,10 +853,12 @@ impl GroupCoordinator {
         let names: Vec<String> = self.groups.keys().cloned().collect();
         for name in names {
             let group = &self.groups[&name];
+            // Offsets of topics the cluster no longer has (deleted now, or
+            // while no coordinator had this partition loaded).
             let gone: Vec<TopicPartition> = group
                 .offsets
                 .keys()
-                .filter(|tp| deleted.contains(&tp.topic))
+                .filter(|tp| !self.topics.contains_key(&tp.topic))
                 .cloned()
                 .collect();
             let affected = group
@@ -852,6 +902,11 @@ impl GroupCoordinator {
         }
         let group_id = req.group_id.as_str();
         if req.member_id.is_empty() {
+            if req.member_epoch != MemberEpoch::LEAVE {
+                return Err(GroupError::InvalidRequest(
+                    "a commit without a member id carries member epoch -1".into(),
+                ));
+            }
             if self
                 .groups
                 .get(group_id)
@@ -1087,7 +1142,14 @@ impl GroupCoordinator {
     /// the target epoch does not exist. On in release builds: a coordinator
     /// that broke one of these would hand a partition to two readers.
     pub fn check_invariants(&self) {
-        for (name, g) in &self.groups {
+        for name in self.groups.keys() {
+            self.check_group(name);
+        }
+    }
+
+    /// `check_invariants` for one group: what a request touched.
+    pub fn check_group(&self, name: &str) {
+        if let Some(g) = self.groups.get(name) {
             let mut held: BTreeMap<&TopicPartition, &str> = BTreeMap::new();
             let target_epoch = g.target.as_ref().map_or(0, |t| t.epoch.0);
             for (id, m) in &g.members {

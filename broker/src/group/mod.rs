@@ -26,6 +26,11 @@ pub const CLIENT_ID_BYTES_MAX: usize = 255;
 /// `offset.metadata.max.bytes`).
 pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 pub const MEMBERS_PER_GROUP_MAX: usize = 1000;
+/// Groups one coordinator (one `__consumer_offsets` partition) holds; a new
+/// group beyond it is refused, so random group ids cannot grow memory
+/// without bound (groups without members or offsets are dropped at the next
+/// tick anyway).
+pub const GROUPS_PER_COORDINATOR_MAX: usize = 100_000;
 pub const SUBSCRIBED_TOPICS_MAX: usize = 1000;
 /// Partitions one request may name (owned partitions, commits, fetches).
 pub const PARTITIONS_PER_REQUEST_MAX: usize = 100_000;

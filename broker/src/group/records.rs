@@ -87,6 +87,10 @@ pub struct OffsetValue {
 pub struct GroupValue {
     pub epoch: GroupEpoch,
     pub assignor: AssignorKind,
+    /// Wall-clock time the group last lost its last member (-1 while it has
+    /// members): offsets expire counted from the later of this and the last
+    /// commit.
+    pub empty_since_ms: i64,
 }
 
 /// What a member told the coordinator about itself.
@@ -250,6 +254,7 @@ impl GroupRecord {
                 let v = value.as_ref()?;
                 out.put_i32(v.epoch.0);
                 out.put_u8(v.assignor.code());
+                out.put_i64(v.empty_since_ms);
             }
             GroupRecord::Member { value, .. } => {
                 let v = value.as_ref()?;
@@ -336,6 +341,7 @@ impl GroupRecord {
                     Some(r) => Some(GroupValue {
                         epoch: GroupEpoch(r.i32()?),
                         assignor: AssignorKind::from_code(r.u8()?)?,
+                        empty_since_ms: r.i64()?,
                     }),
                     None => None,
                 };
@@ -555,6 +561,7 @@ mod tests {
                 value: Some(GroupValue {
                     epoch: GroupEpoch(3),
                     assignor: AssignorKind::Range,
+                    empty_since_ms: 9,
                 }),
             },
             GroupRecord::Member {

@@ -55,9 +55,20 @@ pub(super) async fn handle(
                 },
                 frame.slice_ref(batch),
             );
+            let internal = name == crate::group::OFFSETS_TOPIC;
             tasks.push((
                 index,
                 runtime::spawn(async move {
+                    if internal {
+                        // Only coordinators write group records there.
+                        return Err(OpError::new(
+                            ErrorCode::PolicyViolation,
+                            format!(
+                                "{} is internal: clients do not produce to it",
+                                crate::group::OFFSETS_TOPIC
+                            ),
+                        ));
+                    }
                     let owner = owner?;
                     match shard
                         .call(

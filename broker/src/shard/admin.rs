@@ -84,6 +84,7 @@ impl Shard {
             specs,
             |s| &s.name,
             |spec| match self.view.borrow().topic(&spec.name) {
+                _ if spec.name == OFFSETS_TOPIC => Some(internal_topic_refused(&spec.name)),
                 None => Some(OpError::new(
                     ErrorCode::UnknownTopicOrPartition,
                     format!("unknown topic {}", spec.name),
@@ -169,7 +170,7 @@ fn check_each<S: Clone>(
 fn internal_topic_refused(name: &str) -> OpError {
     OpError::new(
         ErrorCode::PolicyViolation,
-        format!("{name} is internal: the brokers create it and it is never deleted"),
+        format!("{name} is internal: the brokers create it, set its configs and never delete it"),
     )
 }
 

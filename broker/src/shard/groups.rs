@@ -53,6 +53,19 @@ pub enum GroupOp {
     },
 }
 
+impl GroupOp {
+    pub fn group_id(&self) -> &str {
+        match self {
+            GroupOp::Heartbeat(r) => &r.group_id,
+            GroupOp::Commit(r) => &r.group_id,
+            GroupOp::FetchOffsets { group_id, .. }
+            | GroupOp::DeleteOffsets { group_id, .. }
+            | GroupOp::Describe(group_id)
+            | GroupOp::Delete(group_id) => group_id,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum GroupAnswer {
     Heartbeat(HeartbeatResponse),
@@ -166,8 +179,9 @@ impl Shard {
                     SlotState::Gone => return Err(not_coordinator(partition, "it moved")),
                     SlotState::Active(core) => core,
                 };
+                let group_id = op.group_id().to_string();
                 let out = run_op(core, op, now);
-                core.check_invariants();
+                core.check_group(&group_id);
                 out
             };
             if !records.is_empty() {
@@ -176,9 +190,10 @@ impl Shard {
             }
             answer
         };
-        let answer = answer.map_err(group_error)?;
+        // Errors wait too: "no such group" right after an unreplicated
+        // delete would otherwise show a state a failover can undo.
         self.wait_group_committed(&slot).await?;
-        Ok(answer)
+        answer.map_err(group_error)
     }
 
     /// Groups of every coordinator on this shard.
@@ -246,9 +261,21 @@ impl Shard {
                 });
             }
             let batch = builder.build().expect("group records fit a batch");
-            let result = self
-                .produce_local(slot.key(), bytes::Bytes::from(batch), 0, 0)
-                .await;
+            let result = if slot.is_gone() {
+                Err(OpError::new(
+                    ErrorCode::NotCoordinator,
+                    "the coordinator was dropped",
+                ))
+            } else {
+                self.produce_at(
+                    slot.key(),
+                    bytes::Bytes::from(batch),
+                    0,
+                    0,
+                    Some(slot.leader_epoch),
+                )
+                .await
+            };
             match result {
                 Ok(outcome) => slot.written_end.set(outcome.log_end_offset.0),
                 Err(e) => {
@@ -289,13 +316,24 @@ impl Shard {
 
     /// Forgets a slot (its waiters answer NOT_COORDINATOR) and loads the
     /// partition again if this shard still leads it.
+    /// The reload waits `LOAD_RETRY_MS`, so a write that keeps failing (a
+    /// full disk, a record over the topic's batch bound) does not spin.
     fn drop_coordinator(self: &Rc<Self>, slot: &Rc<CoordinatorSlot>) {
         *slot.state.borrow_mut() = SlotState::Gone;
         let current = self.coordinators.borrow().get(&slot.partition).cloned();
         if current.is_some_and(|c| Rc::ptr_eq(&c, slot)) {
             self.coordinators.borrow_mut().remove(&slot.partition);
         }
-        self.sync_coordinators();
+        let not_before = self.clock.monotonic() + Duration::from_millis(LOAD_RETRY_MS);
+        self.coordinator_reload_after
+            .borrow_mut()
+            .insert(slot.partition, not_before);
+        let shard = self.clone();
+        runtime::spawn(async move {
+            runtime::sleep(Duration::from_millis(LOAD_RETRY_MS)).await;
+            shard.sync_coordinators();
+        })
+        .detach();
     }
 
     /// After a metadata change: a coordinator for every `__consumer_offsets`
@@ -324,8 +362,17 @@ impl Shard {
             *slot.state.borrow_mut() = SlotState::Gone;
             self.coordinators.borrow_mut().remove(&slot.partition);
         }
+        let now = self.clock.monotonic();
+        self.coordinator_reload_after
+            .borrow_mut()
+            .retain(|_, t| *t > now);
         for (partition, leader_epoch) in led {
-            if self.coordinators.borrow().contains_key(&partition) {
+            if self.coordinators.borrow().contains_key(&partition)
+                || self
+                    .coordinator_reload_after
+                    .borrow()
+                    .contains_key(&partition)
+            {
                 continue;
             }
             let slot = Rc::new(CoordinatorSlot {
@@ -364,7 +411,9 @@ impl Shard {
             let replica = self.replica(&key).map_err(|e| e.message)?;
             let end = replica.log.log_end_offset();
             let mut core =
-                GroupCoordinator::new(self.coordinator_config(), self.topic_partition_counts());
+                // No topics yet: the current ones are given once loaded, so
+                // every change since the log's records is applied then.
+                GroupCoordinator::new(self.coordinator_config(), BTreeMap::new());
             let now = self.group_now();
             let mut offset = replica.log.log_start_offset();
             let mut records = 0u64;
@@ -415,7 +464,6 @@ impl Shard {
             }
             Err(e) => {
                 tracing::error!(partition = slot.partition, error = %e, "loading the coordinator failed; retrying");
-                runtime::sleep(Duration::from_millis(LOAD_RETRY_MS)).await;
                 self.drop_coordinator(&slot);
             }
         }

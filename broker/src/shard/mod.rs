@@ -115,6 +115,9 @@ pub struct Shard {
     fetchers: RefCell<std::collections::HashSet<String>>,
     /// Group coordinators, by the `__consumer_offsets` partition they serve.
     coordinators: RefCell<HashMap<i32, Rc<groups::CoordinatorSlot>>>,
+    /// Partitions whose coordinator failed to write: not reloaded before
+    /// this monotonic time.
+    coordinator_reload_after: RefCell<HashMap<i32, Duration>>,
     /// The lag of this shard's groups, as last probed.
     group_lag: RefCell<HashMap<group_lag::LagKey, group_lag::LagSample>>,
     stopping: Cell<bool>,
@@ -151,6 +154,7 @@ impl Shard {
             shutting_down: Cell::new(false),
             fetchers: RefCell::new(std::collections::HashSet::new()),
             coordinators: RefCell::new(HashMap::new()),
+            coordinator_reload_after: RefCell::new(HashMap::new()),
             group_lag: RefCell::new(HashMap::new()),
             stopping: Cell::new(false),
         }

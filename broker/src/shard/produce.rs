@@ -19,10 +19,35 @@ impl Shard {
         acks: i16,
         timeout_ms: u64,
     ) -> Result<ProduceOutcome, OpError> {
+        self.produce_at(key, batch, acks, timeout_ms, None).await
+    }
+
+    /// `produce_local`, refused unless this shard leads at `expected_epoch`
+    /// when set (a group coordinator writes only under the leadership it
+    /// loaded at).
+    pub(super) async fn produce_at(
+        &self,
+        key: PartitionKey,
+        batch: Bytes,
+        acks: i16,
+        timeout_ms: u64,
+        expected_epoch: Option<LeaderEpoch>,
+    ) -> Result<ProduceOutcome, OpError> {
         // Records of a new leadership's epoch land only once the saved
         // history names it (`EpochSaver`); the role is read after the wait.
         self.leader_replica(&key)?.0.epochs_saved(self).await;
         let (replica, leader_epoch) = self.leader_replica(&key)?;
+        if expected_epoch.is_some_and(|e| e != leader_epoch) {
+            return Err(OpError::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "{}-{} is led at epoch {leader_epoch}, not {}",
+                    key.topic,
+                    key.partition,
+                    expected_epoch.map_or(-1, |e| e.0)
+                ),
+            ));
+        }
         if self.stopping.get() {
             return Err(OpError::new(
                 ErrorCode::ShuttingDown,
