@@ -296,6 +296,12 @@ impl Membership {
                 let lost = self.lose_everything(now);
                 return HeartbeatFailure::Fenced { lost };
             }
+            // A static member restarted while its previous process is still
+            // in the group: the id is released when that one's session ends.
+            ClientError::Broker {
+                code: ErrorCode::UnreleasedInstanceId,
+                ..
+            } => HeartbeatFailure::Retry,
             error if error.is_retriable() => HeartbeatFailure::Retry,
             _ => HeartbeatFailure::Fatal,
         };
@@ -611,6 +617,16 @@ mod tests {
             t0,
         );
         assert_eq!(fatal, HeartbeatFailure::Fatal);
+        // A restarted static member whose previous process is still in the
+        // group waits for it, retrying.
+        let mut m = joined(t0);
+        let later = t0 + Duration::from_secs(60);
+        m.heartbeat(later).expect("a heartbeat is due");
+        let unreleased = m.on_heartbeat_error(
+            &ClientError::broker(ErrorCode::UnreleasedInstanceId, None),
+            later,
+        );
+        assert_eq!(unreleased, HeartbeatFailure::Retry);
     }
 
     #[test]
