@@ -181,12 +181,17 @@ async fn run_shard(
             net::serve_listener(shard.clone(), own, "shard"),
         ),
         runtime::spawn_in(TaskClass::Background, shard.clone().run_maintenance()),
+    ]);
+    // Cancelled rather than awaited at stop: a cleaner pass may take long,
+    // and one cut short leaves only files that the next open removes or
+    // finishes; the group timers sleep up to a lag probe interval, and what
+    // they would write after the stop began is not needed (a new
+    // coordinator reloads from the log).
+    let cancelled_at_stop = vec![
+        runtime::spawn_in(TaskClass::Cleaner, shard.clone().run_cleaner()),
         runtime::spawn_in(TaskClass::Background, shard.clone().run_group_ticks()),
         runtime::spawn_in(TaskClass::Background, shard.clone().run_group_lag()),
-    ]);
-    // Cancelled rather than awaited at stop: a pass may take long, and one
-    // cut short leaves only files that the next open removes or finishes.
-    let cleaner = runtime::spawn_in(TaskClass::Cleaner, shard.clone().run_cleaner());
+    ];
     if shard_id == METADATA_SHARD {
         let admin = Listener::bind(config.admin_listen)
             .map_err(|e| fail(format!("binding {}: {e}", config.admin_listen)))?;
@@ -211,7 +216,9 @@ async fn run_shard(
     for link in links {
         link.cancel().await;
     }
-    cleaner.cancel().await;
+    for task in cancelled_at_stop {
+        task.cancel().await;
+    }
     for task in tasks {
         task.await;
     }

@@ -655,12 +655,25 @@ impl GroupCoordinator {
         now: Now,
         out: &mut Vec<GroupRecord>,
     ) {
-        let group = self.groups.get(group_id).cloned().unwrap_or_default();
-        let (epoch, kind) = match &group.meta {
+        // What the new target needs, not the whole group (offsets may be many).
+        let empty = Group::default();
+        let group = self.groups.get(group_id).unwrap_or(&empty);
+        let meta = group.meta.clone();
+        let members_empty = group.members.is_empty();
+        let subscriptions: BTreeMap<String, BTreeSet<String>> = group
+            .live_members()
+            .map(|(id, m, _)| (id.clone(), m.subscribed.clone()))
+            .collect();
+        let previous = group
+            .target
+            .as_ref()
+            .map(|t| t.members.clone())
+            .unwrap_or_default();
+        let (epoch, kind) = match &meta {
             Some(m) => (m.epoch.next(), assignor.unwrap_or(m.assignor)),
             None => (GroupEpoch(1), assignor.unwrap_or_default()),
         };
-        let empty_since_ms = match (&group.meta, group.members.is_empty()) {
+        let empty_since_ms = match (&meta, members_empty) {
             (_, false) => -1,
             (Some(m), true) if m.empty_since_ms >= 0 => m.empty_since_ms,
             (_, true) => now.wall_ms,
@@ -677,11 +690,6 @@ impl GroupCoordinator {
             },
             now,
         );
-        let subscriptions: BTreeMap<String, BTreeSet<String>> = group
-            .live_members()
-            .map(|(id, m, _)| (id.clone(), m.subscribed.clone()))
-            .collect();
-        let previous = group.target.map(|t| t.members).unwrap_or_default();
         let members = assignor::assign(kind, &subscriptions, &self.topics, &previous);
         self.emit(
             out,

@@ -486,7 +486,13 @@ impl Shard {
                 return;
             };
             let records = change(core, self.group_now());
-            core.check_invariants();
+            // Only the groups the change touched: a tick runs every
+            // GROUP_TICK_MS over coordinators that may hold many groups.
+            let touched: std::collections::BTreeSet<&str> =
+                records.iter().map(GroupRecord::group).collect();
+            for group in touched {
+                core.check_group(group);
+            }
             records
         };
         if !records.is_empty() {
