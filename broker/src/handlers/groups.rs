@@ -10,6 +10,7 @@ use std::rc::Rc;
 use protocol::flatbuffers::{FlatBufferBuilder, WIPOffset};
 use protocol::{wire, ErrorCode, MemberEpoch};
 
+use super::metadata::split_endpoint;
 use super::{finish, parse, HandlerResult, Reply};
 use crate::group::coordinator::{CommitRequest, HeartbeatRequest};
 use crate::group::records::OffsetValue;
@@ -18,16 +19,6 @@ use crate::group::{
     PARTITIONS_PER_REQUEST_MAX,
 };
 use crate::shard::{GroupAnswer, GroupOp, OpError, Shard, ShardOp, ShardReply};
-
-fn split_endpoint(endpoint: &str) -> (&str, u16) {
-    match endpoint.rsplit_once(':') {
-        Some((host, port)) => (
-            host.trim_start_matches('[').trim_end_matches(']'),
-            port.parse().unwrap_or(0),
-        ),
-        None => (endpoint, 0),
-    }
-}
 
 fn check_group_id(group_id: &str) -> Result<(), OpError> {
     if group_id.is_empty() || group_id.len() > GROUP_ID_BYTES_MAX {

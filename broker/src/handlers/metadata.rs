@@ -13,7 +13,7 @@ use super::{finish, parse, HandlerResult, Reply};
 use crate::shard::Shard;
 
 /// "host:port" split at the last colon; IPv6 brackets removed.
-fn split_endpoint(endpoint: &str) -> (&str, u16) {
+pub(super) fn split_endpoint(endpoint: &str) -> (&str, u16) {
     match endpoint.rsplit_once(':') {
         Some((host, port)) => (
             host.trim_start_matches('[').trim_end_matches(']'),
