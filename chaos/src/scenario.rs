@@ -203,16 +203,41 @@ async fn run_cluster(
     outcome: &mut Outcome,
 ) -> anyhow::Result<()> {
     let with_network = nemesis == Nemesis::PartitionLeader;
-    let mut cluster = Cluster::start(&settings.binaries, dir, shape, with_network)?;
-    cluster.wait_ready().await?;
-    let config = load_config(nemesis, settings, &cluster, dir)?;
-    create_topic(&cluster, &config).await?;
+    let mut cluster = Cluster::start(&settings.binaries, dir, shape, with_network)
+        .context("starting the cluster")?;
+    let result = load_and_judge(nemesis, settings, dir, &mut cluster, outcome).await;
+    if result.is_err() {
+        // A step that failed often did so because a process died: say which,
+        // with the end of its log.
+        outcome.problems.extend(cluster.crashes());
+    }
+    result
+}
+
+async fn load_and_judge(
+    nemesis: Nemesis,
+    settings: &Settings,
+    dir: &Path,
+    cluster: &mut Cluster,
+    outcome: &mut Outcome,
+) -> anyhow::Result<()> {
+    cluster
+        .wait_ready()
+        .await
+        .context("waiting for the cluster")?;
+    let config = load_config(nemesis, settings, cluster, dir)?;
+    create_topic(cluster, &config)
+        .await
+        .context("creating the topic")?;
     let load = std::thread::spawn(move || loadgen::driver::run_blocking(config, 2));
     tokio::time::sleep(Duration::from_millis(settings.load_ms / 4)).await;
-    apply(nemesis, &mut cluster, outcome).await?;
+    apply(nemesis, cluster, outcome)
+        .await
+        .with_context(|| format!("applying {}", nemesis.name()))?;
     let run = tokio::task::spawn_blocking(move || load.join())
         .await?
-        .map_err(|_| anyhow::anyhow!("the load generator panicked"))??;
+        .map_err(|_| anyhow::anyhow!("the load generator panicked"))?
+        .context("running the load")?;
     outcome.longest_unavailability_ms = run.longest_ack_gap_ms;
     let totals = run.recorder.all_counters();
     outcome.published = totals.published_messages;
@@ -222,8 +247,11 @@ async fn run_cluster(
 
     // Every broker restarts, then the log alone is the judge.
     outcome.problems.extend(cluster.stop_brokers());
-    cluster.start_brokers()?;
-    cluster.wait_ready().await?;
+    cluster.start_brokers().context("restarting the brokers")?;
+    cluster
+        .wait_ready()
+        .await
+        .context("waiting for the restarted cluster")?;
     let read_back = loadgen::readback::read_back(
         &cluster.bootstrap(),
         TOPIC,

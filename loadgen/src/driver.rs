@@ -516,8 +516,9 @@ fn take_interval(
 
 /// Each partition's latest offset, asked of its leader. A retriable answer
 /// (a leader that does not host the new topic's partition yet, a leader
-/// that moved) is asked again with fresh metadata, as a Kafka client does,
-/// for up to `START_POSITION_MS_MAX`.
+/// that moved) or a connection that fails (a leader listed in the metadata
+/// before it listens, or one that just went away) is asked again with fresh
+/// metadata, as a Kafka client does, for up to `START_POSITION_MS_MAX`.
 async fn start_positions(
     cluster: &Cluster,
     topic: &str,
@@ -527,26 +528,51 @@ async fn start_positions(
     for &partition in partitions {
         let deadline = Instant::now() + Duration::from_millis(START_POSITION_MS_MAX);
         loop {
-            let connection = cluster.leader_connection(topic, partition).await?;
-            let body =
-                messages::list_offsets_request(topic, &[(partition, messages::TIMESTAMP_LATEST)]);
-            let response = connection.request(ApiKey::ListOffsets, &body, &[]).await?;
-            let (_, code, offset) = messages::list_offsets_response(response.body(), topic)?
-                .into_iter()
-                .next()
-                .context("list offsets answer")?;
-            if code == ErrorCode::None {
-                out.push((partition, offset));
-                break;
-            }
-            if !code.is_retriable() || Instant::now() >= deadline {
-                bail!("list offsets for {topic}-{partition}: {code}");
+            let why = match latest_offset(cluster, topic, partition).await {
+                Ok(Ok(offset)) => {
+                    out.push((partition, offset));
+                    break;
+                }
+                Ok(Err(code)) if code.is_retriable() => code.to_string(),
+                Ok(Err(code)) => bail!("list offsets for {topic}-{partition}: {code}"),
+                Err(error) if error.is_retriable() => error.to_string(),
+                Err(error) => {
+                    return Err(error)
+                        .with_context(|| format!("list offsets for {topic}-{partition}"))
+                }
+            };
+            if Instant::now() >= deadline {
+                bail!("list offsets for {topic}-{partition}: {why}");
             }
             tokio::time::sleep(Duration::from_millis(START_RETRY_BACKOFF_MS)).await;
-            cluster.refresh_metadata().await?;
+            // A failed refresh is one more attempt used, not the end: the
+            // next round asks again until the deadline.
+            let _ = cluster.refresh_metadata().await;
         }
     }
     Ok(out)
+}
+
+/// One ListOffsets(latest) to `partition`'s leader: the offset, or the
+/// partition's error code.
+async fn latest_offset(
+    cluster: &Cluster,
+    topic: &str,
+    partition: i32,
+) -> Result<Result<i64, ErrorCode>, client::ClientError> {
+    let connection = cluster.leader_connection(topic, partition).await?;
+    let body = messages::list_offsets_request(topic, &[(partition, messages::TIMESTAMP_LATEST)]);
+    let response = connection.request(ApiKey::ListOffsets, &body, &[]).await?;
+    let answer = messages::list_offsets_response(response.body(), topic)?
+        .into_iter()
+        .next();
+    Ok(match answer {
+        Some((_, ErrorCode::None, offset)) => Ok(offset),
+        Some((_, code, _)) => Err(code),
+        // The leader answered without the partition: it does not host it
+        // (yet), which is what this code says.
+        None => Err(ErrorCode::UnknownTopicOrPartition),
+    })
 }
 
 /// A batch being filled or waiting to be sent, with each record's send time.
