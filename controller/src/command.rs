@@ -63,6 +63,13 @@ pub enum Command {
         set: BTreeMap<String, String>,
         remove: Vec<String>,
     },
+    /// A registered broker takes the next `PRODUCER_ID_BLOCK_COUNT` producer
+    /// ids to hand out itself. The next free id is part of the replicated
+    /// state, so no id is given twice, across controller failovers included.
+    AllocateProducerIds {
+        broker_id: BrokerId,
+        broker_epoch: BrokerEpoch,
+    },
     /// Compare-and-set of a partition's ISR by its leader.
     AlterIsr {
         topic_id: TopicId,
@@ -120,6 +127,11 @@ pub enum Outcome {
     /// The partition as it is after the change (unchanged if the ISR was already `new_isr`).
     IsrAltered {
         partition: PartitionRecord,
+    },
+    /// Producer ids `[first, first + count)` now belong to the asking broker.
+    ProducerIdsAllocated {
+        first: i64,
+        count: u32,
     },
 }
 
@@ -202,6 +214,8 @@ pub enum CommandError {
     IsrIneligible(BrokerId),
     #[error("new ISR lists broker {0} twice")]
     IsrDuplicate(BrokerId),
+    #[error("producer ids are exhausted")]
+    ProducerIdsExhausted,
     #[error(
         "ISR member {broker_id} fetched at broker epoch {got}; its current epoch is {current}"
     )]

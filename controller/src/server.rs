@@ -172,6 +172,12 @@ async fn dispatch_controller(
             let request = wire::decode_alter_isr_request(body).map_err(wire_error)?;
             wire::encode_alter_isr_response(&service.alter_isr(request).await)
         }
+        ControllerApiKey::AllocateProducerIds => {
+            let request = wire::decode_allocate_producer_ids_request(body).map_err(wire_error)?;
+            wire::encode_allocate_producer_ids_response(
+                &service.allocate_producer_ids(request).await,
+            )
+        }
         ControllerApiKey::DescribeCluster => {
             wire::decode_describe_cluster_request(body).map_err(wire_error)?;
             wire::encode_describe_cluster_response(&service.describe_cluster())

@@ -23,9 +23,9 @@ use crate::command::{Command, CommandError, Outcome};
 use crate::delta::NeedSnapshot;
 use crate::ids::{BrokerId, PartitionIndex};
 use crate::messages::{
-    AlterIsr, AlterTopicConfigSpec, ApiFailure, BrokerDescription, BrokerHeartbeat,
-    ClusterDescription, ControllerDescription, CreateTopicSpec, FetchMetadata, MetadataAnswer,
-    RegisterBroker, Registered, SessionState, TopicOutcome,
+    AllocateProducerIds, AlterIsr, AlterTopicConfigSpec, ApiFailure, BrokerDescription,
+    BrokerHeartbeat, ClusterDescription, ControllerDescription, CreateTopicSpec, FetchMetadata,
+    MetadataAnswer, ProducerIdBlock, RegisterBroker, Registered, SessionState, TopicOutcome,
 };
 use crate::records::PartitionRecord;
 use crate::store::{ControllerRaft, StateMachineStore};
@@ -271,6 +271,26 @@ impl ControllerService {
         }
     }
 
+    /// The next block of producer ids for a registered broker.
+    pub async fn allocate_producer_ids(
+        &self,
+        request: AllocateProducerIds,
+    ) -> Result<ProducerIdBlock, ApiFailure> {
+        self.require_leader()?;
+        let command = Command::AllocateProducerIds {
+            broker_id: request.broker_id,
+            broker_epoch: request.broker_epoch,
+        };
+        match self.propose(command).await {
+            Ok(Outcome::ProducerIdsAllocated { first, count }) => {
+                tracing::info!(broker_id = %request.broker_id, first, count, "producer ids allocated");
+                Ok(ProducerIdBlock { first, count })
+            }
+            Ok(other) => unreachable_outcome("AllocateProducerIds", &other),
+            Err(e) => Err(e.into_failure()),
+        }
+    }
+
     pub async fn create_topics(&self, specs: Vec<CreateTopicSpec>) -> Vec<TopicOutcome> {
         let mut outcomes = Vec::with_capacity(specs.len());
         for spec in specs {
@@ -444,5 +464,6 @@ fn error_code(error: &CommandError) -> ErrorCode {
         | CommandError::IsrIneligible(_)
         | CommandError::IsrDuplicate(_)
         | CommandError::IsrStaleBrokerEpoch { .. } => ErrorCode::InvalidRequest,
+        CommandError::ProducerIdsExhausted => ErrorCode::PolicyViolation,
     }
 }

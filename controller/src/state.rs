@@ -20,6 +20,10 @@ pub use crate::limits::StateLimits;
 
 pub use protocol::control::records::MetadataImage;
 
+/// Producer ids in one block: a broker asks the quorum once per this many
+/// producers it starts.
+pub const PRODUCER_ID_BLOCK_COUNT: u32 = 1_000;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
     limits: StateLimits,
@@ -30,6 +34,9 @@ pub struct ClusterState {
     next_topic_id: TopicId,
     total_partition_count: usize,
     deltas: DeltaLog,
+    /// The first producer id no broker was given yet.
+    #[serde(default)]
+    next_producer_id: i64,
 }
 
 impl Default for ClusterState {
@@ -50,6 +57,7 @@ impl ClusterState {
             next_topic_id: TopicId(1),
             total_partition_count: 0,
             deltas,
+            next_producer_id: 0,
         }
     }
 
@@ -107,6 +115,10 @@ impl ClusterState {
             Command::AlterTopicConfig { name, set, remove } => {
                 self.alter_topic_config(name, set, remove, &mut deltas)
             }
+            Command::AllocateProducerIds {
+                broker_id,
+                broker_epoch,
+            } => self.allocate_producer_ids(*broker_id, *broker_epoch),
             Command::AlterIsr {
                 topic_id,
                 partition,
@@ -305,6 +317,30 @@ impl ClusterState {
             });
         }
         Ok(broker)
+    }
+
+    /// Gives a registered broker the next block of producer ids. Changes
+    /// nothing brokers see, so the metadata version stays.
+    fn allocate_producer_ids(
+        &mut self,
+        broker_id: BrokerId,
+        epoch: BrokerEpoch,
+    ) -> Result<Outcome, CommandError> {
+        self.current_broker(broker_id, epoch)?;
+        let first = self.next_producer_id;
+        let next = first
+            .checked_add(i64::from(PRODUCER_ID_BLOCK_COUNT))
+            .ok_or(CommandError::ProducerIdsExhausted)?;
+        self.next_producer_id = next;
+        Ok(Outcome::ProducerIdsAllocated {
+            first,
+            count: PRODUCER_ID_BLOCK_COUNT,
+        })
+    }
+
+    /// The first producer id not given to any broker yet.
+    pub fn next_producer_id(&self) -> i64 {
+        self.next_producer_id
     }
 
     fn heartbeat(

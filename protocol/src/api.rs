@@ -27,10 +27,12 @@ pub enum ApiKey {
     DescribeGroup = 23,
     DeleteGroup = 24,
     DeleteGroupOffsets = 25,
+    /// Served by any broker: a new producer id for an idempotent producer.
+    InitProducerId = 27,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 18] = [
+    pub const ALL: [ApiKey; 19] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -49,6 +51,7 @@ impl ApiKey {
         ApiKey::DescribeGroup,
         ApiKey::DeleteGroup,
         ApiKey::DeleteGroupOffsets,
+        ApiKey::InitProducerId,
     ];
 
     pub fn from_u16(key: u16) -> Option<ApiKey> {
@@ -80,6 +83,7 @@ impl ApiKey {
             ApiKey::DescribeGroup => "describe_group",
             ApiKey::DeleteGroup => "delete_group",
             ApiKey::DeleteGroupOffsets => "delete_group_offsets",
+            ApiKey::InitProducerId => "init_producer_id",
         }
     }
 }
@@ -107,10 +111,12 @@ pub enum ControllerApiKey {
     RaftInstallSnapshot = 15,
     /// A partition leader's compare-and-set change of its ISR.
     AlterIsr = 16,
+    /// A broker takes the next block of producer ids.
+    AllocateProducerIds = 26,
 }
 
 impl ControllerApiKey {
-    pub const ALL: [ControllerApiKey; 8] = [
+    pub const ALL: [ControllerApiKey; 9] = [
         ControllerApiKey::RegisterBroker,
         ControllerApiKey::BrokerHeartbeat,
         ControllerApiKey::FetchMetadata,
@@ -119,6 +125,7 @@ impl ControllerApiKey {
         ControllerApiKey::RaftVote,
         ControllerApiKey::RaftInstallSnapshot,
         ControllerApiKey::AlterIsr,
+        ControllerApiKey::AllocateProducerIds,
     ];
 
     pub fn from_u16(key: u16) -> Option<ControllerApiKey> {
@@ -140,6 +147,7 @@ impl ControllerApiKey {
             ControllerApiKey::RaftVote => "raft_vote",
             ControllerApiKey::RaftInstallSnapshot => "raft_install_snapshot",
             ControllerApiKey::AlterIsr => "alter_isr",
+            ControllerApiKey::AllocateProducerIds => "allocate_producer_ids",
         }
     }
 }

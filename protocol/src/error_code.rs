@@ -65,10 +65,17 @@ pub enum ErrorCode {
     /// A static member joined with an instance id that a live member still
     /// holds; retry after that member left (epoch -2) or its session ended.
     UnreleasedInstanceId = 36,
+    /// An idempotent producer's batch does not follow its previous one in
+    /// this partition (a gap or a batch older than the last five): the
+    /// producer must start again with a new producer id or epoch.
+    OutOfOrderSequenceNumber = 37,
+    /// The batch carries an older epoch of its producer id than this
+    /// partition has seen: another instance took the id over.
+    InvalidProducerEpoch = 38,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 37] = [
+    const ALL: [ErrorCode; 39] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -106,6 +113,8 @@ impl ErrorCode {
         ErrorCode::UnsupportedAssignor,
         ErrorCode::GroupSubscribedToTopic,
         ErrorCode::UnreleasedInstanceId,
+        ErrorCode::OutOfOrderSequenceNumber,
+        ErrorCode::InvalidProducerEpoch,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -181,6 +190,8 @@ impl ErrorCode {
             ErrorCode::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
             ErrorCode::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
             ErrorCode::UnreleasedInstanceId => "UNRELEASED_INSTANCE_ID",
+            ErrorCode::OutOfOrderSequenceNumber => "OUT_OF_ORDER_SEQUENCE_NUMBER",
+            ErrorCode::InvalidProducerEpoch => "INVALID_PRODUCER_EPOCH",
         }
     }
 }

@@ -262,6 +262,26 @@ pub fn stamp(batch: &mut [u8], base_offset: Offset, leader_epoch: LeaderEpoch) {
         .copy_from_slice(&leader_epoch.0.to_be_bytes());
 }
 
+/// Writes a producer's id, epoch and first sequence into a built batch and
+/// recomputes its CRC (which covers them). An idempotent producer stamps a
+/// batch once, when it first sends it: a retry carries the same bytes, so
+/// the leader recognizes it.
+pub fn stamp_producer(
+    batch: &mut [u8],
+    producer_id: ProducerId,
+    producer_epoch: ProducerEpoch,
+    base_sequence: Sequence,
+) {
+    assert!(batch.len() >= BATCH_HEADER_BYTES);
+    batch[field::PRODUCER_ID..field::PRODUCER_ID + 8].copy_from_slice(&producer_id.0.to_be_bytes());
+    batch[field::PRODUCER_EPOCH..field::PRODUCER_EPOCH + 2]
+        .copy_from_slice(&producer_epoch.0.to_be_bytes());
+    batch[field::BASE_SEQUENCE..field::BASE_SEQUENCE + 4]
+        .copy_from_slice(&base_sequence.0.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// A borrowed, validated batch: header decoded, length exact, CRC checked.
 #[derive(Clone, Copy, Debug)]
 pub struct RecordBatch<'a> {

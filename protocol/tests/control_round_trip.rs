@@ -212,6 +212,19 @@ fn every_controller_api_round_trips() {
         &isr_answers,
     );
 
+    let mut block_answers = vec![Ok(ProducerIdBlock {
+        first: 4_000,
+        count: 1_000,
+    })];
+    block_answers.extend(failed());
+    round_trip::<AllocateProducerIdsApi>(
+        &[AllocateProducerIds {
+            broker_id: BrokerId(3),
+            broker_epoch: BrokerEpoch(12),
+        }],
+        &block_answers,
+    );
+
     round_trip::<DescribeClusterApi>(
         &[()],
         &[ClusterDescription {

@@ -878,3 +878,47 @@ fn alter_topic_config_sets_removes_and_validates() {
         Err(CommandError::UnknownTopic(_))
     ));
 }
+
+#[test]
+fn producer_id_blocks_never_overlap_and_survive_a_snapshot() {
+    // Proves every block a broker gets is new, a stale registration gets
+    // none, and a state restored from its serialized form (what a new
+    // controller leader loads) goes on after the last block given.
+    let mut state = ClusterState::default();
+    let one = join(&mut state, 1, 1, 0);
+    let two = join(&mut state, 2, 1, 0);
+    let allocate = |broker: u32, epoch: BrokerEpoch| Command::AllocateProducerIds {
+        broker_id: BrokerId(broker),
+        broker_epoch: epoch,
+    };
+    let mut blocks = Vec::new();
+    for (broker, epoch) in [(1, one), (2, two), (1, one)] {
+        let version = state.metadata_version();
+        let Ok(Outcome::ProducerIdsAllocated { first, count }) =
+            step(&mut state, &allocate(broker, epoch)).result
+        else {
+            panic!("allocation refused");
+        };
+        assert_eq!(state.metadata_version(), version, "brokers see no change");
+        blocks.push((first, first + i64::from(count)));
+    }
+    for (i, a) in blocks.iter().enumerate() {
+        for b in &blocks[i + 1..] {
+            assert!(a.1 <= b.0 || b.1 <= a.0, "blocks {a:?} and {b:?} overlap");
+        }
+    }
+    let refused = step(&mut state, &allocate(1, BrokerEpoch(one.0 + 100))).result;
+    assert!(matches!(
+        refused,
+        Err(CommandError::StaleBrokerEpoch { .. })
+    ));
+    let restored: ClusterState =
+        serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    let mut restored = restored;
+    let Ok(Outcome::ProducerIdsAllocated { first, .. }) =
+        step(&mut restored, &allocate(2, two)).result
+    else {
+        panic!("allocation refused");
+    };
+    assert!(blocks.iter().all(|b| first >= b.1));
+}

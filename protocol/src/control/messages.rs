@@ -151,6 +151,21 @@ pub struct AlterIsr {
     pub new_isr_epochs: Vec<BrokerEpoch>,
 }
 
+/// A broker asks for the next block of producer ids (see
+/// `Command::AllocateProducerIds`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocateProducerIds {
+    pub broker_id: BrokerId,
+    pub broker_epoch: BrokerEpoch,
+}
+
+/// Producer ids `[first, first + count)`, for one broker alone to hand out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerIdBlock {
+    pub first: i64,
+    pub count: u32,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CreateTopicSpec {
     pub name: String,

@@ -142,6 +142,14 @@ pub mod ringlog {
     pub use self::delete_group_offsets_request_generated::*;
     mod delete_group_offsets_response_generated;
     pub use self::delete_group_offsets_response_generated::*;
+    mod init_producer_id_request_generated;
+    pub use self::init_producer_id_request_generated::*;
+    mod init_producer_id_response_generated;
+    pub use self::init_producer_id_response_generated::*;
+    mod allocate_producer_ids_request_generated;
+    pub use self::allocate_producer_ids_request_generated::*;
+    mod allocate_producer_ids_response_generated;
+    pub use self::allocate_producer_ids_response_generated::*;
     mod broker_endpoint_set_generated;
     pub use self::broker_endpoint_set_generated::*;
     mod register_broker_request_generated;

@@ -284,3 +284,22 @@ fn known_layout() {
     );
     assert_eq!(i32::from_be_bytes(bytes[12..16].try_into().unwrap()), -1);
 }
+
+#[test]
+fn a_producer_stamp_keeps_the_batch_valid() {
+    let records = vec![OwnedRecord {
+        timestamp_ms: 5,
+        key: Some(b"k".to_vec()),
+        value: Some(b"v".to_vec()),
+        headers: Vec::new(),
+    }];
+    let mut bytes = build(&records, Compression::None);
+    stamp_producer(&mut bytes, ProducerId(77), ProducerEpoch(3), Sequence(41));
+    let batch = RecordBatch::parse(&bytes, 1 << 20).expect("the CRC was recomputed");
+    assert_eq!(batch.header().producer_id, ProducerId(77));
+    assert_eq!(batch.header().producer_epoch, ProducerEpoch(3));
+    assert_eq!(batch.header().base_sequence, Sequence(41));
+    // Without the recomputation the CRC no longer matches.
+    bytes[field::BASE_SEQUENCE + 3] ^= 1;
+    assert!(RecordBatch::parse(&bytes, 1 << 20).is_err());
+}

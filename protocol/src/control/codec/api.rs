@@ -120,6 +120,17 @@ symmetric_api!(
     decode_alter_topic_configs_response
 );
 
+symmetric_api!(
+    AllocateProducerIdsApi,
+    "AllocateProducerIds",
+    AllocateProducerIds,
+    Result<ProducerIdBlock, ApiFailure>,
+    encode_allocate_producer_ids_request,
+    decode_allocate_producer_ids_request,
+    encode_allocate_producer_ids_response,
+    decode_allocate_producer_ids_response
+);
+
 #[derive(Debug)]
 pub struct DescribeClusterApi;
 
@@ -231,4 +242,5 @@ pub fn decode_with_every_api(body: &[u8]) {
     both::<CreateTopicsApi>(body);
     both::<DeleteTopicsApi>(body);
     both::<AlterTopicConfigsApi>(body);
+    both::<AllocateProducerIdsApi>(body);
 }

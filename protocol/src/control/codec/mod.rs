@@ -12,6 +12,7 @@ mod api;
 mod describe;
 mod isr;
 mod metadata;
+mod producer_ids;
 mod session;
 mod topics;
 
@@ -19,6 +20,7 @@ pub use api::*;
 pub use describe::*;
 pub use isr::*;
 pub use metadata::*;
+pub use producer_ids::*;
 pub use session::*;
 pub use topics::*;
 
@@ -29,10 +31,10 @@ use flatbuffers::{FlatBufferBuilder, InvalidFlatbuffer, WIPOffset};
 use crate::{wire, ErrorCode};
 
 use super::messages::{
-    AlterIsr, AlterTopicConfigSpec, ApiFailure, BrokerDescription, BrokerHeartbeat, BrokerView,
-    ClusterDescription, ControllerDescription, CreateTopicSpec, DeltaView, FetchMetadata,
-    ImageView, MetadataAnswer, MetadataUpdate, RegisterBroker, Registered, SessionState,
-    TopicOutcome,
+    AllocateProducerIds, AlterIsr, AlterTopicConfigSpec, ApiFailure, BrokerDescription,
+    BrokerHeartbeat, BrokerView, ClusterDescription, ControllerDescription, CreateTopicSpec,
+    DeltaView, FetchMetadata, ImageView, MetadataAnswer, MetadataUpdate, ProducerIdBlock,
+    RegisterBroker, Registered, SessionState, TopicOutcome,
 };
 use super::records::{
     BrokerEndpoints, BrokerRecord, Delta, MetadataImage, PartitionRecord, Replica, TopicRecord,
