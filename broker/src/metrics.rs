@@ -30,6 +30,8 @@ pub struct ShardMetrics {
     request_bytes: Cell<u64>,
     response_bytes: Cell<u64>,
     appended_records: Cell<u64>,
+    /// Idempotent producers' retries answered from the producer state.
+    duplicate_batches: Cell<u64>,
     connections_open: Cell<u64>,
     connections_total: Cell<u64>,
     connections_refused: Cell<u64>,
@@ -124,6 +126,10 @@ impl ShardMetrics {
     pub fn on_append(&self, records: i64) {
         self.appended_records
             .set(self.appended_records.get() + records as u64);
+    }
+
+    pub fn on_duplicate_batch(&self) {
+        self.duplicate_batches.set(self.duplicate_batches.get() + 1);
     }
 
     pub fn on_connection_open(&self) {
@@ -226,6 +232,10 @@ impl ShardMetrics {
             (
                 "ringlog_appended_records_total",
                 self.appended_records.get(),
+            ),
+            (
+                "ringlog_produce_duplicate_batches_total",
+                self.duplicate_batches.get(),
             ),
             ("ringlog_connections_open", self.connections_open.get()),
             ("ringlog_connections_total", self.connections_total.get()),

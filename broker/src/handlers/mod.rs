@@ -10,6 +10,7 @@ mod groups;
 mod list_offsets;
 mod metadata;
 mod produce;
+pub mod producers;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -90,6 +91,7 @@ pub async fn handle(
         ApiKey::DescribeGroup => groups::describe_group(shard, request.body).await,
         ApiKey::DeleteGroup => groups::delete_group(shard, request.body).await,
         ApiKey::DeleteGroupOffsets => groups::delete_group_offsets(shard, request.body).await,
+        ApiKey::InitProducerId => producers::init_producer_id(shard, request.body).await,
     };
     let outcome = match result {
         Ok(Reply::Body { body, payload }) => {

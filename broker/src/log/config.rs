@@ -143,6 +143,10 @@ pub struct LogConfig {
     /// timestamp is this old, so consumers have this long to see the delete.
     /// Default 1 day.
     pub delete_retention_ms: i64,
+    /// A producer id with no batch for this long (by batch timestamps) is
+    /// forgotten: a retry of its last batch after that is appended again.
+    /// Default 1 day, as Kafka's `producer.id.expiration.ms`.
+    pub producer_id_expiration_ms: i64,
 }
 
 /// Segment positions are u32 in the index, with headroom for the batch that crosses.
@@ -171,6 +175,7 @@ impl Default for LogConfig {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
             delete_retention_ms: 24 * 3600 * 1000,
+            producer_id_expiration_ms: 24 * 3600 * 1000,
         }
     }
 }
@@ -235,6 +240,7 @@ impl LogConfig {
             ("min_compaction_lag_ms", self.min_compaction_lag_ms),
             ("max_compaction_lag_ms", self.max_compaction_lag_ms),
             ("delete_retention_ms", self.delete_retention_ms),
+            ("producer_id_expiration_ms", self.producer_id_expiration_ms),
         ] {
             if ms < 0 {
                 return bad(field, "must not be negative".into());

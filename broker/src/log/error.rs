@@ -27,6 +27,9 @@ pub enum LogError {
     /// compacted topic.
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// An idempotent producer's batch out of order or from an old epoch.
+    #[error(transparent)]
+    Sequence(#[from] super::producer_state::SequenceError),
     #[error("replicated batch starts at offset {batch_base} but the log ends at {log_end}")]
     NonContiguousReplica { batch_base: Offset, log_end: Offset },
     #[error("I/O error on {path}: {source}")]

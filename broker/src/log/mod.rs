@@ -9,6 +9,7 @@ pub mod error;
 pub mod index;
 mod partition_log;
 pub mod policy;
+pub mod producer_state;
 mod recovery;
 pub mod scan;
 pub mod segment;
@@ -20,6 +21,6 @@ pub use checkpoint::{create_dir_durably, record_dir_syncs, write_atomically};
 pub use config::{CleanupPolicy, FlushPolicy, LogConfig, LogConfigError};
 pub use error::{LogError, LogResult};
 pub use partition_log::{
-    AppendInfo, CleanReport, CleanRequest, FetchedBatches, LogStats, PartitionLog,
+    AppendInfo, CleanReport, CleanRequest, FetchedBatches, LogStats, PartitionLog, SNAPSHOT_SUFFIX,
 };
 pub use swap::SwapStep;

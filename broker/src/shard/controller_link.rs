@@ -525,3 +525,45 @@ pub async fn alter_isr(
         )),
     }
 }
+
+/// The next block of producer ids for this broker, from the controller
+/// leader.
+pub async fn allocate_producer_ids(
+    shard: &Shard,
+) -> Result<protocol::control::messages::ProducerIdBlock, OpError> {
+    let epoch = shard.broker_epoch.get();
+    if epoch == 0 {
+        return Err(OpError::new(
+            ErrorCode::NotController,
+            "this broker is not registered with the controller yet",
+        ));
+    }
+    let request = protocol::control::messages::AllocateProducerIds {
+        broker_id: shard.broker_id(),
+        broker_epoch: BrokerEpoch(epoch),
+    };
+    let body = protocol::control::codec::encode_allocate_producer_ids_request(&request);
+    let answer = call_leader(
+        shard,
+        "allocate producer ids",
+        ControllerApiKey::AllocateProducerIds as u16,
+        &body,
+        admin_attempts_max(shard),
+        None,
+        |body| {
+            Ok(
+                protocol::control::codec::decode_allocate_producer_ids_response(body)
+                    .map_err(malformed)??,
+            )
+        },
+    )
+    .await;
+    match answer {
+        Ok(block) => Ok(block),
+        Err(LinkError::Refused(code, message)) => Err(OpError::new(code, message)),
+        Err(e) => Err(OpError::new(
+            ErrorCode::RequestTimedOut,
+            format!("no controller leader answered: {e}"),
+        )),
+    }
+}

@@ -3,6 +3,7 @@
 
 use protocol::ErrorCode;
 
+use crate::log::producer_state::SequenceError;
 use crate::log::LogError;
 
 /// A failed partition operation, as the wire reports it.
@@ -35,6 +36,10 @@ impl From<LogError> for OpError {
             LogError::StaleLeaderEpoch { .. } => ErrorCode::StaleLeaderEpoch,
             LogError::NonContiguousReplica { .. } => ErrorCode::InvalidRequest,
             LogError::InvalidRecord(_) => ErrorCode::InvalidRecord,
+            LogError::Sequence(SequenceError::OutOfOrder { .. }) => {
+                ErrorCode::OutOfOrderSequenceNumber
+            }
+            LogError::Sequence(SequenceError::StaleEpoch { .. }) => ErrorCode::InvalidProducerEpoch,
             LogError::Io { .. } | LogError::Corrupt { .. } | LogError::Config(_) => {
                 ErrorCode::StorageError
             }

@@ -102,6 +102,8 @@ pub enum ShardOp {
     ListGroups,
     /// Creates `__consumer_offsets` if it does not exist yet.
     EnsureOffsetsTopic,
+    /// To shard 0: a producer id from this broker's block.
+    NextProducerId,
 }
 
 #[derive(Debug)]
@@ -120,6 +122,7 @@ pub enum ShardReply {
     Group(Result<super::GroupAnswer, OpError>),
     Groups(Vec<crate::group::coordinator::GroupSummary>),
     Ensured(Result<(), OpError>),
+    ProducerId(Result<protocol::ProducerId, OpError>),
 }
 
 /// A message on the mesh.
@@ -286,6 +289,7 @@ impl Shard {
             }
             ShardOp::ListGroups => ShardReply::Groups(self.list_local_groups()),
             ShardOp::EnsureOffsetsTopic => ShardReply::Ensured(self.ensure_offsets_topic().await),
+            ShardOp::NextProducerId => ShardReply::ProducerId(self.next_producer_id().await),
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod groups;
 mod maintenance;
 mod mesh;
 mod produce;
+mod producer_ids;
 mod reconcile;
 mod replica;
 
@@ -120,6 +121,10 @@ pub struct Shard {
     coordinator_reload_after: RefCell<HashMap<i32, Duration>>,
     /// The lag of this shard's groups, as last probed.
     group_lag: RefCell<HashMap<group_lag::LagKey, group_lag::LagSample>>,
+    /// On shard 0: what is left of this broker's block of producer ids.
+    producer_ids: producer_ids::ProducerIdBlock,
+    /// On shard 0: one block request to the controller at a time.
+    producer_id_gate: SerialGate,
     stopping: Cell<bool>,
 }
 
@@ -156,6 +161,8 @@ impl Shard {
             coordinators: RefCell::new(HashMap::new()),
             coordinator_reload_after: RefCell::new(HashMap::new()),
             group_lag: RefCell::new(HashMap::new()),
+            producer_ids: producer_ids::ProducerIdBlock::default(),
+            producer_id_gate: SerialGate::new(),
             stopping: Cell::new(false),
         }
     }

@@ -72,6 +72,14 @@ impl Shard {
             .log
             .append_if(&batch, epoch, &|| replica.leads_at(epoch))
             .await?;
+        if info.duplicate {
+            // A producer's retry of a batch this log already holds: answer
+            // as the original would have been, once it is as safe.
+            self.metrics.on_duplicate_batch();
+            return self
+                .answer_when_acknowledged(&key, &replica, leader_epoch, info, acks, timeout_ms)
+                .await;
+        }
         assert!(
             !replica
                 .core
@@ -86,6 +94,21 @@ impl Shard {
         self.update_high_watermark(&replica);
         self.metrics
             .on_append(info.log_end_offset.0 - info.base_offset.0);
+        self.answer_when_acknowledged(&key, &replica, leader_epoch, info, acks, timeout_ms)
+            .await
+    }
+
+    /// Waits until the batch at `info` may be acknowledged under `acks` and
+    /// answers with where it landed.
+    async fn answer_when_acknowledged(
+        &self,
+        key: &PartitionKey,
+        replica: &Replica,
+        leader_epoch: LeaderEpoch,
+        info: crate::log::AppendInfo,
+        acks: i16,
+        timeout_ms: u64,
+    ) -> Result<ProduceOutcome, OpError> {
         // acks=1 and acks=all are answered only once the records are stable
         // under the flush policy (at least written to the file), so a crash of
         // this process right after the answer cannot lose them.
@@ -103,12 +126,12 @@ impl Shard {
                     e.into()
                 });
             }
-            self.update_high_watermark(&replica);
+            self.update_high_watermark(replica);
         }
         if acks == -1 {
             self.wait_committed(
-                &key,
-                &replica,
+                key,
+                replica,
                 leader_epoch,
                 info.log_end_offset.0,
                 timeout_ms,

@@ -19,6 +19,7 @@ use super::config::{FlushPolicy, LogConfig, STORED_BATCH_BYTES_MAX};
 use super::error::{LogError, LogResult};
 use super::index::relative;
 use super::policy::{self, ActiveSummary, SegmentSummary};
+use super::producer_state::{ProducerStateTable, SequenceCheck};
 use super::recovery;
 use super::segment::{
     remove_if_exists, segment_path, write_small_file, Segment, INDEX_SUFFIX, LOG_SUFFIX,
@@ -29,8 +30,10 @@ use crate::clock::Clock;
 use crate::runtime::{self, DirectFile, SerialGate, Watermark};
 
 mod compact;
+mod producers;
 
 pub use compact::{CleanReport, CleanRequest};
+pub use producers::SNAPSHOT_SUFFIX;
 
 /// How often, at most, the recovery point is persisted outside rolls and close.
 pub const RECOVERY_POINT_CHECKPOINT_MS: i64 = 10_000;
@@ -50,8 +53,12 @@ pub const WRITE_BEHIND_CHUNKS_MAX: usize = 4;
 pub struct AppendInfo {
     pub base_offset: Offset,
     pub last_offset: Offset,
+    /// The offset after the batch (after the original, for a duplicate).
     pub log_end_offset: Offset,
     pub max_timestamp_ms: i64,
+    /// The batch repeated one its producer had already appended: nothing
+    /// was written, and the offsets are the original's.
+    pub duplicate: bool,
 }
 
 /// Whole stored batches returned by a read, exactly as stored.
@@ -77,6 +84,11 @@ struct LogState {
     /// the dirty part. Kept in memory only; after a restart the whole log
     /// counts as dirty once.
     cleaned_to: Offset,
+    /// Idempotent producers' epochs and last batches, as of the log end.
+    producers: ProducerStateTable,
+    /// Producer snapshots taken at rolls, written once the rolled segment
+    /// is (offset they stand at, encoded table).
+    pending_snapshots: Vec<(Offset, Vec<u8>)>,
 }
 
 /// Counters of the log's disk work, for metrics and tests.
@@ -187,6 +199,8 @@ impl PartitionLog {
                 closed: false,
                 stats: LogStats::default(),
                 cleaned_to: Offset::ZERO,
+                producers: ProducerStateTable::new(),
+                pending_snapshots: Vec::new(),
             }),
             io_gate: SerialGate::new(),
             segments_gate: SerialGate::new(),
@@ -203,6 +217,7 @@ impl PartitionLog {
                 .map_err(|e| LogError::io(&log.dir, e))?;
             log.persist_recovery_point(log_end).await?;
         }
+        log.rebuild_producers().await?;
         log.check_invariants();
         Ok(Rc::new(log))
     }
@@ -445,6 +460,20 @@ impl PartitionLog {
                 log_end,
             });
         }
+        if let Stamp::Leader(_) = stamp {
+            match state.producers.check(&header)? {
+                SequenceCheck::Append => {}
+                SequenceCheck::Duplicate(original) => {
+                    return Ok(AppendInfo {
+                        base_offset: original.base_offset,
+                        last_offset: original.last_offset,
+                        log_end_offset: original.last_offset.plus(1),
+                        max_timestamp_ms: header.max_timestamp_ms,
+                        duplicate: true,
+                    });
+                }
+            }
+        }
         let stored = BatchHeader {
             base_offset: base,
             partition_leader_epoch: epoch,
@@ -478,6 +507,7 @@ impl PartitionLog {
         tail.append(&stamped_prefix);
         tail.append(&batch[field::MAGIC..]);
         active.account_batch(&stored, interval);
+        state.producers.apply(&stored);
         state.latest_epoch = epoch;
         state.stats.appended_batches += 1;
         state.stats.appended_bytes += batch.len() as u64;
@@ -487,6 +517,7 @@ impl PartitionLog {
             last_offset: stored.last_offset(),
             log_end_offset: stored.next_offset(),
             max_timestamp_ms: stored.max_timestamp_ms,
+            duplicate: false,
         })
     }
 
@@ -510,6 +541,9 @@ impl PartitionLog {
         active.tail.as_mut().expect("tail").seal_partial();
         let base = active.next_offset;
         let epoch = active.latest_epoch;
+        // The state as the new segment starts: recovery replays from here.
+        let snapshot = state.producers.encode_snapshot(base);
+        state.pending_snapshots.push((base, snapshot));
         let mut next = Segment::new_active(
             base,
             now_ms,
@@ -589,6 +623,7 @@ impl PartitionLog {
             _ if has_unwritten => self.write_out(false).await?,
             _ => {}
         }
+        self.expire_producers(now_ms);
         let due =
             now_ms - self.state.borrow().recovery_point_written_ms >= RECOVERY_POINT_CHECKPOINT_MS;
         if due && self.durable_offset() > self.recovery_point() {
@@ -797,6 +832,17 @@ impl PartitionLog {
             self.durable.advance(next_offset.0);
         }
         self.persist_recovery_point(next_offset).await?;
+        let snapshots: Vec<(Offset, Vec<u8>)> = {
+            let mut state = self.state.borrow_mut();
+            let (due, later) = std::mem::take(&mut state.pending_snapshots)
+                .into_iter()
+                .partition(|(offset, _)| *offset <= next_offset);
+            state.pending_snapshots = later;
+            due
+        };
+        for (offset, bytes) in snapshots {
+            self.write_producer_snapshot(offset, &bytes).await?;
+        }
         Ok(())
     }
 
@@ -1162,6 +1208,15 @@ impl PartitionLog {
         // and appends are refused.
         self.generation.set(self.generation.get() + 1);
         let cut_result = self.cut_at(index, base, &file, cut).await;
+        // The producer state must forget the cut batches before any append
+        // is checked against it; appends stay refused until it is rebuilt.
+        let cut_result = match cut_result {
+            Ok(end) => {
+                self.state.borrow_mut().pending_snapshots.clear();
+                self.rebuild_producers().await.map(|()| end)
+            }
+            Err(e) => Err(e),
+        };
         self.generation.set(self.generation.get() + 1);
         let new_end = cut_result?;
         if self.durable.get() > new_end.0 {
@@ -1270,6 +1325,10 @@ impl PartitionLog {
             fresh.file = Some(file);
             state.segments.push_back(fresh);
             state.latest_epoch = LeaderEpoch(0);
+            // The leader's log starts past everything this one held: its
+            // producers' history arrives with its batches from here on.
+            state.producers = ProducerStateTable::new();
+            state.pending_snapshots.clear();
             removed
         };
         let gone = removed
@@ -1278,6 +1337,7 @@ impl PartitionLog {
             .map(|s| s.base)
             .collect();
         self.remove_files_and_sync(gone).await?;
+        self.remove_stale_snapshots(offset, offset).await?;
         for mark in [&self.written, &self.durable] {
             mark.set(offset.0);
         }
@@ -1360,6 +1420,8 @@ impl PartitionLog {
             // Oldest first: a crash part-way leaves the log a suffix.
             self.remove_files_and_sync(removed.iter().map(|s| s.base).collect())
                 .await?;
+            self.remove_stale_snapshots(self.log_start_offset(), self.log_end_offset())
+                .await?;
             self.check_invariants();
         }
         Ok(count)
@@ -1409,6 +1471,9 @@ impl PartitionLog {
         let file = self.ensure_file(base).await?;
         let end = self.seal_files(base, &file).await?;
         self.persist_recovery_point(end).await?;
+        // The next open then replays nothing.
+        let snapshot = self.state.borrow().producers.encode_snapshot(end);
+        self.write_producer_snapshot(end, &snapshot).await?;
         let dir = self.dir.clone();
         runtime::blocking(move || checkpoint::write_clean_shutdown(&dir))
             .await
