@@ -3,12 +3,24 @@
 //! partition order by holding at most one batch per partition in flight and
 //! putting a batch to retry back at the front of its queue. Generic over the
 //! per-record ticket so tests can drive it without channels, and it never
-//! reads a clock: callers pass `now`.
+//! reads a clock: callers pass `now`. For an idempotent producer it stamps
+//! each batch, when first sent, with the producer's identity and the
+//! partition's next sequence; a retry carries the same stamp.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use protocol::{BatchBuilder, BatchError, Compression, Record};
+use protocol::record_batch::stamp_producer;
+use protocol::{
+    BatchBuilder, BatchError, Compression, ProducerEpoch, ProducerId, Record, Sequence,
+};
+
+/// An idempotent producer's id and epoch, from InitProducerId.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerIdentity {
+    pub id: ProducerId,
+    pub epoch: ProducerEpoch,
+}
 
 /// A topic partition.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -39,6 +51,8 @@ pub struct SealedBatch<T> {
     /// Sends so far.
     pub attempts: u32,
     retry_at: Option<Instant>,
+    /// The identity and first sequence stamped at the first send.
+    pub stamped: Option<(ProducerIdentity, Sequence)>,
 }
 
 #[derive(Debug)]
@@ -60,6 +74,7 @@ impl<T> OpenBatch<T> {
             size_bytes_uncompressed,
             attempts: 0,
             retry_at: None,
+            stamped: None,
         }
     }
 }
@@ -87,6 +102,10 @@ pub struct Accumulator<T> {
     records_buffered: usize,
     /// Partitions whose open batch was sealed since the last `take_seal_events`.
     seal_events: Vec<TopicPartition>,
+    /// Set for an idempotent producer: stamped into each batch's first send.
+    identity: Option<ProducerIdentity>,
+    /// The next sequence per partition under `identity`.
+    sequences: BTreeMap<TopicPartition, i32>,
 }
 
 impl<T> Accumulator<T> {
@@ -99,7 +118,39 @@ impl<T> Accumulator<T> {
             queues: BTreeMap::new(),
             records_buffered: 0,
             seal_events: Vec::new(),
+            identity: None,
+            sequences: BTreeMap::new(),
         }
+    }
+
+    /// Batches sent from now on (not retries) carry `identity`, with
+    /// sequences from 0 in every partition.
+    pub fn set_identity(&mut self, identity: ProducerIdentity) {
+        self.identity = Some(identity);
+        self.sequences.clear();
+    }
+
+    pub fn identity(&self) -> Option<ProducerIdentity> {
+        self.identity
+    }
+
+    /// Gives a batch about to be sent for the first time the identity and
+    /// its partition's next sequences.
+    fn stamp(&mut self, batch: &mut SealedBatch<T>) {
+        let (Some(identity), Ok(bytes), None) = (self.identity, &mut batch.bytes, batch.stamped)
+        else {
+            return;
+        };
+        let next = self
+            .sequences
+            .entry(batch.topic_partition.clone())
+            .or_insert(0);
+        let first = Sequence(*next);
+        stamp_producer(bytes, identity.id, identity.epoch, first);
+        // Sequences wrap past i32::MAX to 0, as the broker expects.
+        let count = batch.tickets.len() as i64;
+        *next = ((i64::from(*next) + count) % (i64::from(i32::MAX) + 1)) as i32;
+        batch.stamped = Some((identity, first));
     }
 
     /// Adds a record to its partition's open batch. A record that would take
@@ -173,6 +224,9 @@ impl<T> Accumulator<T> {
                 self.seal_events.push(topic_partition.clone());
                 queue.in_flight = true;
             }
+        }
+        for batch in &mut ready {
+            self.stamp(batch);
         }
         ready
     }
@@ -379,5 +433,51 @@ mod tests {
         assert_eq!(second.tickets, vec![2]);
         accumulator.complete(&tp, 1);
         assert!(accumulator.is_empty());
+    }
+
+    #[test]
+    fn an_idempotent_producer_numbers_batches_per_partition_and_retries_keep_theirs() {
+        // Proves batches of a partition get consecutive sequences counted in
+        // records, a retried batch goes out with the stamp it had, and a new
+        // identity starts every partition again at 0.
+        let start = Instant::now();
+        let mut accumulator = Accumulator::new(1 << 20, Duration::ZERO, Compression::None);
+        let identity = ProducerIdentity {
+            id: ProducerId(9),
+            epoch: ProducerEpoch(0),
+        };
+        accumulator.set_identity(identity);
+        let tp = TopicPartition::new("t", 0);
+        let header = |batch: &SealedBatch<u32>| {
+            *RecordBatch::parse(batch.bytes.as_ref().unwrap(), 1 << 20)
+                .unwrap()
+                .header()
+        };
+        for i in 0..3 {
+            accumulator.append(&tp, &record(b"a"), i, start);
+        }
+        let first = accumulator.drain_ready(start, false).pop().unwrap();
+        assert_eq!(header(&first).base_sequence, Sequence(0));
+        assert_eq!(header(&first).producer_id, ProducerId(9));
+        accumulator.append(&tp, &record(b"b"), 3, start);
+        accumulator.retry(first, start);
+        let again = accumulator.drain_ready(start, false).pop().unwrap();
+        assert_eq!(
+            header(&again).base_sequence,
+            Sequence(0),
+            "a retry keeps its stamp"
+        );
+        accumulator.complete(&tp, 3);
+        let second = accumulator.drain_ready(start, false).pop().unwrap();
+        assert_eq!(header(&second).base_sequence, Sequence(3));
+        accumulator.complete(&tp, 1);
+        accumulator.set_identity(ProducerIdentity {
+            id: ProducerId(10),
+            epoch: ProducerEpoch(0),
+        });
+        accumulator.append(&tp, &record(b"c"), 4, start);
+        let third = accumulator.drain_ready(start, false).pop().unwrap();
+        assert_eq!(header(&third).producer_id, ProducerId(10));
+        assert_eq!(header(&third).base_sequence, Sequence(0));
     }
 }

@@ -210,6 +210,15 @@ impl Cluster {
             .await
     }
 
+    /// A new producer id and epoch from any broker (InitProducerId).
+    pub async fn init_producer_id(
+        &self,
+    ) -> Result<(protocol::ProducerId, protocol::ProducerEpoch)> {
+        let body = messages::init_producer_id_request();
+        let response = self.request_any(ApiKey::InitProducerId, &body).await?;
+        messages::init_producer_id_response(response.body())
+    }
+
     /// Sends a request to any reachable broker (for admin requests, which
     /// any broker forwards to the controller).
     pub async fn request_any(&self, api: ApiKey, body: &[u8]) -> Result<Response> {

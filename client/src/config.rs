@@ -150,6 +150,10 @@ pub struct ProducerConfig {
     /// Sent in the request: how long the broker may wait for acks. Default
     /// 30 000 ms; 1..=i32::MAX.
     pub produce_timeout_ms: u64,
+    /// Number every batch per partition under a producer id from the
+    /// cluster, so a retried batch the broker already appended is not
+    /// appended again. Default on, as in Kafka clients since 3.0.
+    pub idempotence: bool,
 }
 
 impl Default for ProducerConfig {
@@ -165,6 +169,7 @@ impl Default for ProducerConfig {
             retry_backoff_ms: 100,
             retry_backoff_ms_max: 5_000,
             produce_timeout_ms: 30_000,
+            idempotence: true,
         }
     }
 }

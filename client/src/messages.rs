@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use protocol::flatbuffers::{self, FlatBufferBuilder, ForwardsUOffset, Vector, WIPOffset};
 use protocol::frame::payload_range;
-use protocol::{wire, ErrorCode, GroupEpoch, MemberEpoch};
+use protocol::{wire, ErrorCode, GroupEpoch, MemberEpoch, ProducerEpoch, ProducerId};
 
 use crate::accumulator::TopicPartition;
 use crate::error::{ClientError, Result};
@@ -737,6 +737,33 @@ fn committed_from<'a>(
         }
     }
     Ok(out)
+}
+
+/// InitProducerId for an idempotent (not transactional) producer.
+pub fn init_producer_id_request() -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let request = wire::InitProducerIdRequest::create(
+        &mut fbb,
+        &wire::InitProducerIdRequestArgs {
+            transactional_id: None,
+            transaction_timeout_ms: 0,
+        },
+    );
+    finish(fbb, request)
+}
+
+/// The producer id and epoch a broker gave.
+pub fn init_producer_id_response(body: &[u8]) -> Result<(ProducerId, ProducerEpoch)> {
+    const WHAT: &str = "init producer id response";
+    let response = root::<wire::InitProducerIdResponse>(body, WHAT)?;
+    check_error(response.error_code(), response.error_message())?;
+    if response.producer_id() < 0 || response.producer_epoch() < 0 {
+        return Err(malformed(WHAT, "negative producer id or epoch"));
+    }
+    Ok((
+        ProducerId(response.producer_id()),
+        ProducerEpoch(response.producer_epoch()),
+    ))
 }
 
 pub fn find_coordinator_request(group_id: &str) -> Vec<u8> {

@@ -3,6 +3,10 @@
 //! ready batches, retries retriable failures with exponential backoff and
 //! resolves one future per record to its (partition, offset). A background
 //! task owns all batching state; handles talk to it over a bounded channel.
+//! Idempotent by default: the task gets a producer id from the cluster
+//! before it sends anything, batches carry per-partition sequences, and a
+//! batch that fails for good (so the broker may or may not hold it) makes
+//! the task take a new producer id before the next first send.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +20,7 @@ use protocol::{ApiKey, Record, RecordHeader};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::accumulator::{Accumulator, SealedBatch, TopicPartition};
+use crate::accumulator::{Accumulator, ProducerIdentity, SealedBatch, TopicPartition};
 use crate::cluster::Cluster;
 use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::error::{ClientError, Result};
@@ -132,6 +136,12 @@ impl Producer {
             partitioner: Partitioner::new(seed),
             config: config.clone(),
             in_flight: JoinSet::new(),
+            identity: if config.idempotence {
+                IdentityState::Missing { attempts: 0 }
+            } else {
+                IdentityState::NotUsed
+            },
+            identity_retry_at: None,
         };
         tokio::spawn(sender.run(commands_rx));
         Ok(Producer {
@@ -250,6 +260,20 @@ struct RequestOutcome {
     result: Result<Vec<ProduceOutcome>>,
 }
 
+/// Where an idempotent producer stands with its producer id.
+#[derive(Debug)]
+enum IdentityState {
+    /// Idempotence is off.
+    NotUsed,
+    /// Nothing is sent until the cluster gave an id.
+    Missing {
+        attempts: u32,
+    },
+    Ready,
+    /// The cluster refused to give one: every record fails with this.
+    Refused(ClientError),
+}
+
 /// The background task's state.
 struct Sender {
     cluster: Cluster,
@@ -257,6 +281,9 @@ struct Sender {
     partitioner: Partitioner,
     config: ProducerConfig,
     in_flight: JoinSet<RequestOutcome>,
+    identity: IdentityState,
+    /// When to ask for a producer id again after a retriable failure.
+    identity_retry_at: Option<Instant>,
 }
 
 impl Sender {
@@ -265,6 +292,7 @@ impl Sender {
         let mut closing = false;
         loop {
             let force = closing || !flush_waiters.is_empty();
+            self.ensure_identity().await;
             self.dispatch(force);
             if self.accumulator.is_empty() {
                 for waiter in flush_waiters.drain(..) {
@@ -274,7 +302,10 @@ impl Sender {
                     break;
                 }
             }
-            let wakeup = self.accumulator.next_wakeup();
+            let wakeup = match (self.accumulator.next_wakeup(), self.identity_retry_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
                 command = commands.recv(), if !closing => match command {
                     Some(Command::Append { record, partition, partition_count, ticket }) => {
@@ -336,8 +367,56 @@ impl Sender {
         }
     }
 
+    /// Asks the cluster for a producer id when one is needed and the last
+    /// retriable failure's backoff is over; a refusal fails the producer.
+    async fn ensure_identity(&mut self) {
+        let IdentityState::Missing { attempts } = self.identity else {
+            return;
+        };
+        if self.identity_retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        let bound = Duration::from_millis(self.cluster.config().request_timeout_ms);
+        let answer = tokio::time::timeout(bound, self.cluster.init_producer_id())
+            .await
+            .unwrap_or_else(|_| {
+                Err(ClientError::RequestTimeout {
+                    address: "any broker".into(),
+                    timeout_ms: self.cluster.config().request_timeout_ms,
+                })
+            });
+        match answer {
+            Ok((id, epoch)) => {
+                self.accumulator
+                    .set_identity(ProducerIdentity { id, epoch });
+                self.identity = IdentityState::Ready;
+                self.identity_retry_at = None;
+            }
+            Err(error) if error.is_retriable() => {
+                let attempts = attempts + 1;
+                self.identity = IdentityState::Missing { attempts };
+                self.identity_retry_at =
+                    Some(Instant::now() + self.config.retry_backoff(attempts.min(16)));
+            }
+            Err(error) => {
+                self.identity = IdentityState::Refused(error);
+            }
+        }
+    }
+
     /// Groups ready batches by leader endpoint and starts one request per endpoint.
     fn dispatch(&mut self, force: bool) {
+        match &self.identity {
+            IdentityState::Missing { .. } => return,
+            IdentityState::Refused(error) => {
+                let error = error.clone();
+                for batch in self.accumulator.drain_ready(Instant::now(), true) {
+                    self.finish_batch(batch, Err(error.clone()));
+                }
+                return;
+            }
+            IdentityState::NotUsed | IdentityState::Ready => {}
+        }
         let ready = self.accumulator.drain_ready(Instant::now(), force);
         self.rotate_sticky();
         if ready.is_empty() {
@@ -409,6 +488,15 @@ impl Sender {
                 Err(error) if error.is_retriable() && batch.attempts <= self.config.retries_max => {
                     let retry_at = Instant::now() + self.config.retry_backoff(batch.attempts);
                     self.accumulator.retry(batch, retry_at);
+                }
+                Err(error) => {
+                    if batch.stamped.is_some() && matches!(self.identity, IdentityState::Ready) {
+                        // The broker may or may not hold this batch, so the
+                        // partition's next sequence is unknown: continue
+                        // under a new producer id.
+                        self.identity = IdentityState::Missing { attempts: 0 };
+                    }
+                    self.finish_batch(batch, Err(error));
                 }
                 result => self.finish_batch(batch, result),
             }

@@ -26,7 +26,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use client::messages::{self, FetchEntry, ProduceEntry};
 use client::{Admin, ClientConfig, Cluster, Connection};
-use protocol::{ApiKey, BatchBuilder, ErrorCode, Record, RecordBatch};
+use protocol::record_batch::stamp_producer;
+use protocol::{
+    ApiKey, BatchBuilder, ErrorCode, ProducerEpoch, ProducerId, Record, RecordBatch, Sequence,
+};
 use tokio::sync::mpsc;
 
 use crate::consume::{
@@ -590,6 +593,9 @@ struct SealedBatch {
     buffered_bytes: usize,
     /// When it was first sent; retries stop `delivery_timeout_ms` after.
     first_sent_ns: Option<u64>,
+    /// Carries a producer id and sequence (stamped at its first send; a
+    /// retry sends the same bytes).
+    stamped: bool,
 }
 
 #[derive(Default)]
@@ -600,6 +606,9 @@ struct PartitionQueue {
     connection: Option<Connection>,
     /// Not sent to before this (after a failure).
     retry_at_ns: u64,
+    /// The sequence the next first-sent batch gets under the worker's
+    /// producer id.
+    next_sequence: i32,
 }
 
 /// What every producer worker shares.
@@ -628,6 +637,11 @@ struct ProducerWorker {
     key: Vec<u8>,
     /// Wall-clock microseconds at the monotonic clock's origin.
     wall_origin_us: u64,
+    /// The producer id and epoch batches are stamped with (idempotent runs).
+    identity: Option<(ProducerId, ProducerEpoch)>,
+    /// A stamped batch failed for good: the broker may or may not hold it,
+    /// so the next first send needs a new producer id.
+    identity_stale: bool,
 }
 
 /// A produce response, reported back to its worker.
@@ -636,6 +650,8 @@ struct Completion {
     bytes: usize,
     /// A batch that failed with a retriable error, to send again.
     retry: Option<SealedBatch>,
+    /// A stamped batch failed for good.
+    failed_stamped: bool,
 }
 
 impl ProducerWorker {
@@ -671,8 +687,32 @@ impl ProducerWorker {
             value: Vec::new(),
             key: Vec::new(),
             wall_origin_us,
+            identity: None,
+            identity_stale: false,
             shared,
         })
+    }
+
+    /// Takes a (new) producer id, retrying retriable failures for up to the
+    /// delivery timeout. Every partition's sequences start again at 0.
+    async fn take_identity(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_millis(self.config().delivery_timeout_ms);
+        loop {
+            match self.shared.cluster.init_producer_id().await {
+                Ok(identity) => {
+                    self.identity = Some(identity);
+                    self.identity_stale = false;
+                    for queue in &mut self.queues {
+                        queue.next_sequence = 0;
+                    }
+                    return Ok(());
+                }
+                Err(e) if e.is_retriable() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
+                }
+                Err(e) => return Err(e).context("taking a producer id"),
+            }
+        }
     }
 
     fn config(&self) -> &RunConfig {
@@ -682,6 +722,9 @@ impl ProducerWorker {
     async fn run(mut self) -> anyhow::Result<()> {
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Completion>();
         let mut in_flight = 0usize;
+        if self.config().idempotent {
+            self.take_identity().await?;
+        }
         loop {
             let now_ns = self.shared.clock.now_ns();
             let sending = now_ns < self.end_ns;
@@ -689,6 +732,9 @@ impl ProducerWorker {
                 self.generate(now_ns);
             }
             self.seal_due(now_ns, !sending);
+            if self.identity_stale {
+                self.take_identity().await?;
+            }
             in_flight += self.send_ready(&done_tx).await;
             while let Ok(done) = done_rx.try_recv() {
                 self.complete(done);
@@ -720,6 +766,7 @@ impl ProducerWorker {
     }
 
     fn complete(&mut self, done: Completion) {
+        self.identity_stale |= done.failed_stamped;
         let queue = &mut self.queues[done.partition];
         queue.in_flight = false;
         match done.retry {
@@ -839,6 +886,7 @@ impl ProducerWorker {
                 sends: batch.sends,
                 buffered_bytes: batch.buffered_bytes,
                 first_sent_ns: None,
+                stamped: false,
             });
         }
     }
@@ -910,6 +958,14 @@ impl ProducerWorker {
                 .pop_front()
                 .expect("checked non-empty");
             batch.first_sent_ns.get_or_insert(now_ns);
+            if let (Some((id, epoch)), false) = (self.identity, batch.stamped) {
+                let queue = &mut self.queues[partition];
+                stamp_producer(&mut batch.bytes, id, epoch, Sequence(queue.next_sequence));
+                let count = batch.sends.len() as i64;
+                queue.next_sequence =
+                    ((i64::from(queue.next_sequence) + count) % (i64::from(i32::MAX) + 1)) as i32;
+                batch.stamped = true;
+            }
             let acks = match self.shared.config.acks {
                 Acks::None => 0,
                 Acks::Leader => 1,
@@ -1035,9 +1091,11 @@ impl Completer {
                 partition,
                 bytes,
                 retry: Some(batch),
+                failed_stamped: false,
             });
             return;
         }
+        let failed_stamped = result.is_err() && batch.stamped;
         let mut local = self.stats.lock().expect("stats lock");
         match result {
             Ok(base) => {
@@ -1067,6 +1125,7 @@ impl Completer {
             partition,
             bytes,
             retry: None,
+            failed_stamped,
         });
     }
 }

@@ -159,6 +159,11 @@ struct RunArgs {
     /// 0, 1 or all [default: all].
     #[arg(long)]
     acks: Option<Acks>,
+    /// true or false: producers take a producer id and number their
+    /// batches, so a retried batch is appended once [default: true; off
+    /// with --acks 0].
+    #[arg(long)]
+    idempotence: Option<bool>,
     /// Producer batch bound: 64KiB [default: 64KiB].
     #[arg(long, value_parser = parse_size_bytes)]
     batch_bytes: Option<u64>,
@@ -226,6 +231,7 @@ impl RunArgs {
             history_dir: self.history_dir,
             consumer_group: self.consumer_group,
             consumer_groups: self.consumer_groups,
+            idempotence: self.idempotence,
         }
     }
 }

@@ -196,6 +196,8 @@ pub struct RunFlags {
     /// (or id prefix, with several groups).
     pub consumer_group: Option<String>,
     pub consumer_groups: Option<u32>,
+    /// `--idempotence false`: send batches without a producer id.
+    pub idempotence: Option<bool>,
 }
 
 impl RunFlags {
@@ -231,6 +233,7 @@ impl RunFlags {
             history_dir: self.history_dir.or(fallback.history_dir),
             consumer_group: self.consumer_group.or(fallback.consumer_group),
             consumer_groups: self.consumer_groups.or(fallback.consumer_groups),
+            idempotence: self.idempotence.or(fallback.idempotence),
         }
     }
 }
@@ -263,6 +266,7 @@ fn defaults() -> RunFlags {
         history_dir: None,
         consumer_group: None,
         consumer_groups: Some(1),
+        idempotence: Some(true),
     }
 }
 
@@ -327,6 +331,10 @@ pub struct RunConfig {
     /// GROUP_MEMBERS_MAX and `consumers` × groups at most
     /// GROUP_MEMBERS_TOTAL_MAX; more than 1 needs `consumer_group`.
     pub consumer_group_count: u32,
+    /// Each producer worker takes a producer id and numbers its batches per
+    /// partition, so the broker appends a retried batch once. Default on;
+    /// off with acks=0 (nothing is retried there).
+    pub idempotent: bool,
 }
 
 fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
@@ -368,6 +376,7 @@ impl RunConfig {
             history_dir: f.history_dir,
             consumer_group: f.consumer_group,
             consumer_group_count: f.consumer_groups.expect("defaulted"),
+            idempotent: f.idempotence.expect("defaulted") && f.acks != Some(Acks::None),
         };
         config.validate()?;
         Ok(config)
