@@ -239,6 +239,7 @@ pub struct FileLogConfig {
     pub retention_bytes: Option<u64>,
     pub flush_policy: Option<String>,
     pub batch_bytes_max: Option<usize>,
+    pub producer_id_expiration_ms: Option<i64>,
 }
 
 impl FileConfig {
@@ -528,6 +529,9 @@ fn log_config(file: FileLogConfig) -> Result<LogConfig, ConfigError> {
         retention_bytes: file.retention_bytes.or(defaults.retention_bytes),
         flush_policy,
         batch_bytes_max: file.batch_bytes_max.unwrap_or(defaults.batch_bytes_max),
+        producer_id_expiration_ms: file
+            .producer_id_expiration_ms
+            .unwrap_or(defaults.producer_id_expiration_ms),
         ..defaults
     };
     config.validate().or_else(|e| bad("log", e.to_string()))?;

@@ -152,7 +152,8 @@ pub struct ProducerConfig {
     pub produce_timeout_ms: u64,
     /// Number every batch per partition under a producer id from the
     /// cluster, so a retried batch the broker already appended is not
-    /// appended again. Default on, as in Kafka clients since 3.0.
+    /// appended again. Default on, as in Kafka clients since 3.0; not used
+    /// with `Acks::None`, which never retries.
     pub idempotence: bool,
 }
 

@@ -323,14 +323,17 @@ impl Connection {
                     Ok(Ok(result)) => result,
                     Ok(Err(_)) => Err(shared.closed_reason()),
                     Err(_) => {
-                        // Forget the request so its slot frees; a late response is dropped.
-                        if let Some(map) = shared.pending.lock().expect("pending lock").as_mut() {
-                            map.remove(&correlation_id);
-                        }
-                        Err(ClientError::RequestTimeout {
+                        // A peer that does not answer in time is not trusted
+                        // with the next request either (it may never read
+                        // this socket again): the connection closes, its
+                        // other requests fail, and retries open a new one,
+                        // as Kafka clients do.
+                        let error = ClientError::RequestTimeout {
                             address: shared.address.clone(),
                             timeout_ms: timeout.as_millis() as u64,
-                        })
+                        };
+                        shared.close(error.clone());
+                        Err(error)
                     }
                 }
             }),

@@ -136,7 +136,9 @@ impl Producer {
             partitioner: Partitioner::new(seed),
             config: config.clone(),
             in_flight: JoinSet::new(),
-            identity: if config.idempotence {
+            // Nothing is retried with acks=0, and a lost batch would leave a
+            // gap the broker refuses every later batch for: no idempotence.
+            identity: if config.idempotence && config.acks != Acks::None {
                 IdentityState::Missing { attempts: 0 }
             } else {
                 IdentityState::NotUsed

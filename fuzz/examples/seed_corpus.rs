@@ -7,10 +7,11 @@ use std::fs;
 use std::path::Path;
 
 use broker::log::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
-use protocol::record_batch::stamp;
+use broker::log::producer_state::ProducerStateTable;
+use protocol::record_batch::{stamp, stamp_producer};
 use protocol::{
     BatchBuilder, Compression, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Record,
-    RecordHeader, Sequence,
+    RecordBatch, RecordHeader, Sequence,
 };
 
 fn batch(compression: Compression, records: &[Record<'_>], transactional: bool) -> Vec<u8> {
@@ -93,6 +94,33 @@ fn main() -> std::io::Result<()> {
             ("offset-six", offsets.encode()),
             ("time-empty", TimeIndex::default().encode()),
             ("time-six", times.encode()),
+        ],
+    )?;
+
+    // Producer snapshots: empty, and two producers with a few batches each.
+    let mut producers = ProducerStateTable::new();
+    for (i, header) in [one.as_slice(), many.as_slice(), one.as_slice()]
+        .iter()
+        .enumerate()
+    {
+        let mut bytes = batch(Compression::None, header, false);
+        stamp_producer(
+            &mut bytes,
+            ProducerId(7 + (i as i64 % 2)),
+            ProducerEpoch(1),
+            Sequence(i as i32 * 5),
+        );
+        let parsed = RecordBatch::parse(&bytes, 1 << 20).expect("seed batch parses");
+        producers.apply(parsed.header());
+    }
+    write(
+        &root.join("producer_snapshot"),
+        &[
+            (
+                "empty",
+                ProducerStateTable::new().encode_snapshot(Offset(0)),
+            ),
+            ("two-producers", producers.encode_snapshot(Offset(99))),
         ],
     )
 }

@@ -264,8 +264,15 @@ impl ProducerStateTable {
             return Err(SnapshotError::TooMany(count));
         }
         let mut producers = HashMap::with_capacity(count.min(1 << 16));
+        let mut previous: Option<ProducerId> = None;
         for _ in 0..count {
             let id = ProducerId(reader.i64()?);
+            if previous.is_some_and(|p| p >= id) {
+                return Err(SnapshotError::Invalid(
+                    "producers not in increasing id order",
+                ));
+            }
+            previous = Some(id);
             let epoch = ProducerEpoch(reader.i16()?);
             let last_timestamp_ms = reader.i64()?;
             let batch_count = usize::from(reader.take(1)?[0]);
@@ -286,9 +293,7 @@ impl ProducerStateTable {
                 batches,
                 last_timestamp_ms,
             };
-            if producers.insert(id, entry).is_some() {
-                return Err(SnapshotError::Invalid("a producer listed twice"));
-            }
+            producers.insert(id, entry);
         }
         if reader.at != bytes.len() {
             return Err(SnapshotError::Invalid("bytes after the last producer"));

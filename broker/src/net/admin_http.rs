@@ -56,9 +56,10 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 ";
 
 pub async fn serve_admin(shard: Rc<Shard>, listener: Listener) {
+    let mut acceptor = listener.acceptor();
     while !shard.is_stopping() {
         let Some(Ok((mut reader, mut writer, _peer))) =
-            runtime::timeout(Duration::from_millis(100), listener.accept()).await
+            acceptor.next_within(Duration::from_millis(100)).await
         else {
             continue;
         };

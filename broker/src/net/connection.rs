@@ -40,9 +40,11 @@ struct Pipeline {
 /// Accepts connections until the shard stops, then waits (bounded) for them to drain.
 pub async fn serve_listener(shard: Rc<Shard>, listener: Listener, name: &'static str) {
     let open = Rc::new(Cell::new(0usize));
+    let mut acceptor = listener.acceptor();
     while !shard.is_stopping() {
-        let accepted =
-            runtime::timeout(Duration::from_millis(ACCEPT_POLL_MS), listener.accept()).await;
+        let accepted = acceptor
+            .next_within(Duration::from_millis(ACCEPT_POLL_MS))
+            .await;
         let (reader, writer, peer) = match accepted {
             None => continue,
             Some(Ok(parts)) => parts,

@@ -29,6 +29,15 @@ impl Listener {
         Ok(self.inner.local_addr()?)
     }
 
+    /// Accepts connections for a loop that also watches for a stop: see
+    /// `Acceptor`.
+    pub fn acceptor(&self) -> Acceptor<'_> {
+        Acceptor {
+            listener: self,
+            pending: None,
+        }
+    }
+
     pub async fn accept(&self) -> io::Result<(ReadHalf, WriteHalf, SocketAddr)> {
         let stream = self.inner.accept().await?;
         stream.set_nodelay(true)?;
@@ -41,6 +50,42 @@ impl Listener {
             WriteHalf { stream: shared },
             peer,
         ))
+    }
+}
+
+type Accepted = io::Result<(ReadHalf, WriteHalf, SocketAddr)>;
+
+/// Keeps one accept in flight across waits that time out. An accept is an
+/// io_uring operation: dropping it may come after the kernel already handed
+/// it a connection, whose socket then stays open with nobody reading it (a
+/// client's requests on it are never answered). So a wait that times out
+/// leaves the accept pending for the next wait instead of cancelling it.
+pub struct Acceptor<'a> {
+    listener: &'a Listener,
+    pending: Option<Pin<Box<dyn std::future::Future<Output = Accepted> + 'a>>>,
+}
+
+impl std::fmt::Debug for Acceptor<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acceptor")
+            .field("listener", &self.listener)
+            .field("pending", &self.pending.is_some())
+            .finish()
+    }
+}
+
+impl Acceptor<'_> {
+    /// The next connection, or `None` if none came within `wait`.
+    pub async fn next_within(&mut self, wait: Duration) -> Option<Accepted> {
+        let listener = self.listener;
+        let pending = self
+            .pending
+            .get_or_insert_with(|| Box::pin(listener.accept()));
+        let accepted = super::timeout(wait, pending.as_mut()).await;
+        if accepted.is_some() {
+            self.pending = None;
+        }
+        accepted
     }
 }
 

@@ -58,6 +58,8 @@ pub struct FakeState {
     pub produce_failures_remaining: u32,
     pub produce_requests: u32,
     pub metadata_requests: u32,
+    /// InitProducerId answers given (the last id handed out).
+    pub producer_ids_given: i64,
     /// (listener index, partition) of every produced batch: shows routing.
     pub produce_routes: Vec<(usize, i32)>,
     /// DescribeTopic responses are held until this many are pending, then
@@ -166,6 +168,7 @@ async fn serve(mut stream: TcpStream, listener_index: usize, context: Arc<Listen
             ApiKey::Produce => produce(&context, listener_index, request.body, request.payload),
             ApiKey::Fetch => Some(fetch(&context, request.body)),
             ApiKey::ListOffsets => Some((list_offsets(&context, request.body), Vec::new())),
+            ApiKey::InitProducerId => Some((init_producer_id(&context), Vec::new())),
             ApiKey::DescribeTopic => {
                 let name = protocol::flatbuffers::root::<wire::DescribeTopicRequest>(request.body)
                     .unwrap()
@@ -204,6 +207,27 @@ async fn serve(mut stream: TcpStream, listener_index: usize, context: Arc<Listen
         }
         unanswered -= 1;
     }
+}
+
+/// A new producer id per request, as a broker hands them out.
+fn init_producer_id(context: &ListenerContext) -> Vec<u8> {
+    let producer_id = {
+        let mut state = context.state.lock().unwrap();
+        state.producer_ids_given += 1;
+        state.producer_ids_given
+    };
+    let mut fbb = FlatBufferBuilder::new();
+    let root = wire::InitProducerIdResponse::create(
+        &mut fbb,
+        &wire::InitProducerIdResponseArgs {
+            error_code: 0,
+            error_message: None,
+            producer_id,
+            producer_epoch: 0,
+        },
+    );
+    fbb.finish(root, None);
+    fbb.finished_data().to_vec()
 }
 
 fn metadata(context: &ListenerContext) -> Vec<u8> {
