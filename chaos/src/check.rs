@@ -19,8 +19,9 @@ pub struct ReadBackCounts {
     pub read_back: u64,
     /// Acknowledged, and not in the log afterwards.
     pub lost: u64,
-    /// In the log at two or more offsets (a retried send whose first try
-    /// was written after all; possible until the idempotent producer).
+    /// In the log at two or more offsets: a retried send whose first try was
+    /// written after all. The load generator is an idempotent producer, so
+    /// the leader must have recognized every retry.
     pub duplicated: u64,
     /// An offset acknowledged or read with one value and holding another.
     pub offsets_with_two_values: u64,
@@ -32,9 +33,10 @@ pub struct ReadBackCounts {
 }
 
 impl ReadBackCounts {
-    /// Nothing the log promised was broken (duplicates are reported apart).
+    /// Nothing the log promised was broken, idempotence included.
     pub fn is_clean(&self) -> bool {
         self.lost == 0
+            && self.duplicated == 0
             && self.offsets_with_two_values == 0
             && self.acked_offset_mismatches == 0
             && self.vanished_reads == 0

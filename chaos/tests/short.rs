@@ -1,6 +1,7 @@
 //! The fault suite's short form, run by CI: every scenario once on the debug
 //! binaries with a short load. Each must keep every acknowledged record
-//! (read back from disk after every broker restarted), leave no offset with
+//! (read back from disk after every broker restarted), append no retried
+//! record twice (the load generator is idempotent), leave no offset with
 //! two values, lose no record a consumer had read, leave every replica
 //! directory valid for `verify-log`, and end with no process that died on
 //! its own. Scenarios that need root (partitions, full disk) report
