@@ -506,24 +506,15 @@ pub async fn alter_isr(
     request: protocol::control::messages::AlterIsr,
 ) -> Result<(Vec<BrokerId>, PartitionEpoch), OpError> {
     let body = protocol::control::codec::encode_alter_isr_request(&request);
-    let answer = call_leader(
+    let (_, record) = ask_leader(
         shard,
         "alter ISR",
-        ControllerApiKey::AlterIsr as u16,
+        ControllerApiKey::AlterIsr,
         &body,
-        admin_attempts_max(shard),
-        None,
-        |body| Ok(protocol::control::codec::decode_alter_isr_response(body).map_err(malformed)??),
+        protocol::control::codec::decode_alter_isr_response,
     )
-    .await;
-    match answer {
-        Ok((_, record)) => Ok((record.isr, record.partition_epoch)),
-        Err(LinkError::Refused(code, message)) => Err(OpError::new(code, message)),
-        Err(e) => Err(OpError::new(
-            ErrorCode::RequestTimedOut,
-            format!("no controller leader answered: {e}"),
-        )),
-    }
+    .await?;
+    Ok((record.isr, record.partition_epoch))
 }
 
 /// The next block of producer ids for this broker, from the controller
@@ -543,23 +534,42 @@ pub async fn allocate_producer_ids(
         broker_epoch: BrokerEpoch(epoch),
     };
     let body = protocol::control::codec::encode_allocate_producer_ids_request(&request);
-    let answer = call_leader(
+    ask_leader(
         shard,
         "allocate producer ids",
-        ControllerApiKey::AllocateProducerIds as u16,
+        ControllerApiKey::AllocateProducerIds,
         &body,
+        protocol::control::codec::decode_allocate_producer_ids_response,
+    )
+    .await
+}
+
+/// A controller response decoder: the answer or the controller's refusal.
+type ControllerDecoder<T> =
+    fn(&[u8]) -> Result<Result<T, ApiFailure>, protocol::control::codec::WireError>;
+
+/// One request of this broker's own to the controller leader (admin
+/// attempts, no deadline): the answer, the controller's refusal as its
+/// code, or `REQUEST_TIMED_OUT` when no leader answered.
+async fn ask_leader<T>(
+    shard: &Shard,
+    what: &str,
+    api: ControllerApiKey,
+    body: &[u8],
+    decode: ControllerDecoder<T>,
+) -> Result<T, OpError> {
+    let answer = call_leader(
+        shard,
+        what,
+        api as u16,
+        body,
         admin_attempts_max(shard),
         None,
-        |body| {
-            Ok(
-                protocol::control::codec::decode_allocate_producer_ids_response(body)
-                    .map_err(malformed)??,
-            )
-        },
+        |body| Ok(decode(body).map_err(malformed)??),
     )
     .await;
     match answer {
-        Ok(block) => Ok(block),
+        Ok(value) => Ok(value),
         Err(LinkError::Refused(code, message)) => Err(OpError::new(code, message)),
         Err(e) => Err(OpError::new(
             ErrorCode::RequestTimedOut,

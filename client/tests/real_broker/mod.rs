@@ -40,10 +40,16 @@ pub fn free_port_block(shards: u16) -> u16 {
     const HIGH: u32 = 32_000;
     const STRIDE: u32 = 80;
     static CURSOR: AtomicU32 = AtomicU32::new(0);
-    let seed = std::process::id().wrapping_mul(7919)
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
+    // One seed per process: with the cursor, concurrent tests of one binary
+    // then take distinct slots (a seed drawn per call could map two calls
+    // to the same slot, and both brokers to one port block).
+    static SEED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let seed = *SEED.get_or_init(|| {
+        std::process::id().wrapping_mul(7919)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+    });
     let slots = (HIGH - LOW) / STRIDE;
     for _ in 0..slots {
         let step = CURSOR.fetch_add(1, Ordering::Relaxed);
