@@ -105,7 +105,7 @@ pub struct Accumulator<T> {
     /// Set for an idempotent producer: stamped into each batch's first send.
     identity: Option<ProducerIdentity>,
     /// The next sequence per partition under `identity`.
-    sequences: BTreeMap<TopicPartition, i32>,
+    sequences: BTreeMap<TopicPartition, Sequence>,
 }
 
 impl<T> Accumulator<T> {
@@ -144,12 +144,10 @@ impl<T> Accumulator<T> {
         let next = self
             .sequences
             .entry(batch.topic_partition.clone())
-            .or_insert(0);
-        let first = Sequence(*next);
+            .or_insert(Sequence(0));
+        let first = *next;
         stamp_producer(bytes, identity.id, identity.epoch, first);
-        // Sequences wrap past i32::MAX to 0, as the broker expects.
-        let count = batch.tickets.len() as i64;
-        *next = ((i64::from(*next) + count) % (i64::from(i32::MAX) + 1)) as i32;
+        *next = first.advanced_by(batch.tickets.len() as i64);
         batch.stamped = Some((identity, first));
     }
 

@@ -598,7 +598,6 @@ struct SealedBatch {
     stamped: bool,
 }
 
-#[derive(Default)]
 struct PartitionQueue {
     open: Option<PendingBatch>,
     sealed: VecDeque<SealedBatch>,
@@ -608,7 +607,20 @@ struct PartitionQueue {
     retry_at_ns: u64,
     /// The sequence the next first-sent batch gets under the worker's
     /// producer id.
-    next_sequence: i32,
+    next_sequence: Sequence,
+}
+
+impl PartitionQueue {
+    fn new() -> PartitionQueue {
+        PartitionQueue {
+            open: None,
+            sealed: VecDeque::new(),
+            in_flight: false,
+            connection: None,
+            retry_at_ns: 0,
+            next_sequence: Sequence(0),
+        }
+    }
 }
 
 /// What every producer worker shares.
@@ -682,7 +694,7 @@ impl ProducerWorker {
             schedule,
             payload,
             keys,
-            queues: (0..partitions).map(|_| PartitionQueue::default()).collect(),
+            queues: (0..partitions).map(|_| PartitionQueue::new()).collect(),
             buffered_bytes: 0,
             value: Vec::new(),
             key: Vec::new(),
@@ -703,7 +715,7 @@ impl ProducerWorker {
                     self.identity = Some(identity);
                     self.identity_stale = false;
                     for queue in &mut self.queues {
-                        queue.next_sequence = 0;
+                        queue.next_sequence = Sequence(0);
                     }
                     return Ok(());
                 }
@@ -960,10 +972,8 @@ impl ProducerWorker {
             batch.first_sent_ns.get_or_insert(now_ns);
             if let (Some((id, epoch)), false) = (self.identity, batch.stamped) {
                 let queue = &mut self.queues[partition];
-                stamp_producer(&mut batch.bytes, id, epoch, Sequence(queue.next_sequence));
-                let count = batch.sends.len() as i64;
-                queue.next_sequence =
-                    ((i64::from(queue.next_sequence) + count) % (i64::from(i32::MAX) + 1)) as i32;
+                stamp_producer(&mut batch.bytes, id, epoch, queue.next_sequence);
+                queue.next_sequence = queue.next_sequence.advanced_by(batch.sends.len() as i64);
                 batch.stamped = true;
             }
             let acks = match self.shared.config.acks {

@@ -157,4 +157,12 @@ pub struct Sequence(pub i32);
 
 impl Sequence {
     pub const NONE: Sequence = Sequence(-1);
+
+    /// The sequence `records` after this one. Sequences wrap past `i32::MAX`
+    /// to 0, as Kafka's clients and brokers agree.
+    /// Total on any input: a peer's malformed sequence must not crash us.
+    pub fn advanced_by(self, records: i64) -> Sequence {
+        let sum = i64::from(self.0).saturating_add(records);
+        Sequence(sum.rem_euclid(i64::from(i32::MAX) + 1) as i32)
+    }
 }

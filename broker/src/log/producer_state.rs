@@ -70,13 +70,12 @@ pub enum SequenceError {
 /// first (compaction may remove records but keeps the delta), wrapping past
 /// `i32::MAX` to 0 as Kafka's clients do.
 pub fn last_sequence(first: Sequence, last_offset_delta: i32) -> Sequence {
-    let span = i64::from(last_offset_delta.max(0));
-    Sequence(((i64::from(first.0) + span) % (i64::from(i32::MAX) + 1)) as i32)
+    first.advanced_by(i64::from(last_offset_delta.max(0)))
 }
 
 /// The sequence after `last`.
 pub fn next_sequence(last: Sequence) -> Sequence {
-    Sequence(if last.0 == i32::MAX { 0 } else { last.0 + 1 })
+    last.advanced_by(1)
 }
 
 /// Whether the batch takes part in idempotence: a producer id, and records
