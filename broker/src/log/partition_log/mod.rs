@@ -38,6 +38,10 @@ pub use producers::SNAPSHOT_SUFFIX;
 /// How often, at most, the recovery point is persisted outside rolls and close.
 pub const RECOVERY_POINT_CHECKPOINT_MS: i64 = 10_000;
 
+/// How often, at most, silent producers are looked for: expiry is measured
+/// in hours, and the walk visits every producer of the partition.
+pub const PRODUCER_EXPIRY_CHECK_MS: i64 = 10_000;
+
 /// Attempts of a read that keeps racing truncations before it gives up.
 const READ_ATTEMPTS_MAX: usize = 4;
 
@@ -89,6 +93,8 @@ struct LogState {
     /// Producer snapshots taken at rolls, written once the rolled segment
     /// is (offset they stand at, encoded table).
     pending_snapshots: Vec<(Offset, Vec<u8>)>,
+    /// When silent producers were last looked for.
+    producers_expired_ms: i64,
 }
 
 /// Counters of the log's disk work, for metrics and tests.
@@ -201,6 +207,7 @@ impl PartitionLog {
                 cleaned_to: Offset::ZERO,
                 producers: ProducerStateTable::new(),
                 pending_snapshots: Vec::new(),
+                producers_expired_ms: 0,
             }),
             io_gate: SerialGate::new(),
             segments_gate: SerialGate::new(),

@@ -6,7 +6,7 @@
 
 use protocol::Offset;
 
-use super::PartitionLog;
+use super::{PartitionLog, PRODUCER_EXPIRY_CHECK_MS};
 use crate::log::config::STORED_BATCH_BYTES_MAX;
 use crate::log::error::{LogError, LogResult};
 use crate::log::producer_state::ProducerStateTable;
@@ -27,18 +27,24 @@ impl PartitionLog {
         self.state.borrow().producers.len()
     }
 
-    /// Offsets of the snapshot files in the directory, oldest first.
-    pub fn producer_snapshot_offsets(&self) -> LogResult<Vec<Offset>> {
-        let mut offsets = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))? {
-            let entry = entry.map_err(|e| LogError::io(&self.dir, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some((offset, SNAPSHOT_SUFFIX)) = parse_segment_name(&name) {
-                offsets.push(offset);
+    /// Offsets of the snapshot files in the directory, oldest first. Lists
+    /// on the blocking pool: a directory of a long-lived partition holds
+    /// thousands of files.
+    pub async fn producer_snapshot_offsets(&self) -> LogResult<Vec<Offset>> {
+        let dir = self.dir.clone();
+        runtime::blocking(move || {
+            let mut offsets = Vec::new();
+            for entry in std::fs::read_dir(&dir).map_err(|e| LogError::io(&dir, e))? {
+                let entry = entry.map_err(|e| LogError::io(&dir, e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if let Some((offset, SNAPSHOT_SUFFIX)) = parse_segment_name(&name) {
+                    offsets.push(offset);
+                }
             }
-        }
-        offsets.sort();
-        Ok(offsets)
+            offsets.sort();
+            Ok(offsets)
+        })
+        .await
     }
 
     /// Writes the state as it stands at `offset` (every batch below it
@@ -53,40 +59,44 @@ impl PartitionLog {
     }
 
     /// Forgets producers silent for longer than the log's
-    /// `producer_id_expiration_ms`. Returns how many went.
+    /// `producer_id_expiration_ms`, looking at most every
+    /// `PRODUCER_EXPIRY_CHECK_MS`. Returns how many went.
     pub(super) fn expire_producers(&self, now_ms: i64) -> usize {
         let expiration_ms = self.config.borrow().producer_id_expiration_ms;
-        self.state
-            .borrow_mut()
-            .producers
-            .remove_expired(now_ms, expiration_ms)
+        let mut state = self.state.borrow_mut();
+        if now_ms - state.producers_expired_ms < PRODUCER_EXPIRY_CHECK_MS {
+            return 0;
+        }
+        state.producers_expired_ms = now_ms;
+        state.producers.remove_expired(now_ms, expiration_ms)
     }
 
     /// Removes snapshot files below `log_start` (retention took their
     /// segments) except the newest, and every one past `log_end` (they
-    /// describe records this log no longer has).
+    /// describe records this log no longer has). Returns the offsets of the
+    /// snapshots left, oldest first.
     pub(super) async fn remove_stale_snapshots(
         &self,
         log_start: Offset,
         log_end: Offset,
-    ) -> LogResult<()> {
-        let offsets = self.producer_snapshot_offsets()?;
+    ) -> LogResult<Vec<Offset>> {
+        let offsets = self.producer_snapshot_offsets().await?;
         let newest_usable = offsets.iter().rev().find(|o| **o <= log_end).copied();
-        let stale: Vec<Offset> = offsets
+        let (stale, kept): (Vec<Offset>, Vec<Offset>) = offsets
             .into_iter()
-            .filter(|o| *o > log_end || (*o < log_start && Some(*o) != newest_usable))
-            .collect();
+            .partition(|o| *o > log_end || (*o < log_start && Some(*o) != newest_usable));
         if stale.is_empty() {
-            return Ok(());
+            return Ok(kept);
         }
         let dir = self.dir.clone();
         runtime::blocking(move || {
             for offset in stale {
                 remove_if_exists(&segment_path(&dir, offset, SNAPSHOT_SUFFIX))?;
             }
-            Ok(())
+            LogResult::Ok(())
         })
-        .await
+        .await?;
+        Ok(kept)
     }
 
     /// Rebuilds the producer state from the newest readable snapshot at or
@@ -95,10 +105,10 @@ impl PartitionLog {
     /// must be in the files (open, truncation).
     pub(super) async fn rebuild_producers(&self) -> LogResult<()> {
         let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
-        self.remove_stale_snapshots(log_start, log_end).await?;
+        let snapshots = self.remove_stale_snapshots(log_start, log_end).await?;
         let mut table = ProducerStateTable::new();
         let mut from = log_start;
-        for offset in self.producer_snapshot_offsets()?.into_iter().rev() {
+        for offset in snapshots.into_iter().rev() {
             let path = segment_path(&self.dir, offset, SNAPSHOT_SUFFIX);
             let read = {
                 let path = path.clone();
