@@ -137,34 +137,20 @@ fn pass(log: &PartitionLog, map_entries: usize, stop_swap_after: Option<SwapStep
 
 /// Every record the log serves, from its start to its end, in order.
 async fn read_all(log: &PartitionLog) -> Vec<(i64, Written)> {
-    let mut out = Vec::new();
-    let mut next = log.log_start_offset();
-    while next < log.log_end_offset() {
-        let fetched = log
-            .read(next, 8 * 1024, log.log_end_offset())
-            .await
-            .unwrap();
-        assert!(fetched.batch_count > 0, "progress at {next}");
-        let mut rest = &fetched.bytes[..];
-        while !rest.is_empty() {
-            let (batch, used) = RecordBatch::parse_prefix(rest, 1 << 24).unwrap();
-            for record in batch.records_section(1 << 26).unwrap().iter() {
-                let record = record.unwrap();
-                let key = record.key.expect("keyed");
-                out.push((
-                    record.offset.0,
-                    Written {
-                        key: key[1],
-                        value: record.value.map(<[u8]>::to_vec),
-                        timestamp_ms: record.timestamp_ms,
-                    },
-                ));
-            }
-            rest = &rest[used..];
-        }
-        next = fetched.next_offset;
-    }
-    out
+    read_stored(log, 8 * 1024)
+        .await
+        .into_iter()
+        .flat_map(|(_, records)| records)
+        .map(|r| {
+            let key = r.key.expect("keyed");
+            let written = Written {
+                key: key[1],
+                value: r.value,
+                timestamp_ms: r.timestamp_ms,
+            };
+            (r.offset, written)
+        })
+        .collect()
 }
 
 /// The log against the model. `removable_before_ms`: no record with a

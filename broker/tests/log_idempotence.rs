@@ -19,8 +19,7 @@ use broker::log::{FlushPolicy, LogConfig, LogError, PartitionLog};
 use proptest::prelude::*;
 use protocol::record_batch::stamp_producer;
 use protocol::{
-    BatchBuilder, Compression, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Record, RecordBatch,
-    Sequence,
+    BatchBuilder, Compression, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Record, Sequence,
 };
 use support::*;
 
@@ -116,29 +115,17 @@ fn producer_batch(producer: u8, epoch: i16, first_sequence: i32, count: u8, tag:
 
 /// Every stored batch from the log start: (header, values).
 async fn read_batches(log: &PartitionLog) -> Vec<(protocol::BatchHeader, Vec<String>)> {
-    let mut out = Vec::new();
-    let mut next = log.log_start_offset();
-    while next < log.log_end_offset() {
-        let fetched = log
-            .read(next, 64 * 1024, log.log_end_offset())
-            .await
-            .unwrap();
-        assert!(fetched.batch_count > 0, "progress at {next}");
-        let mut rest = &fetched.bytes[..];
-        while !rest.is_empty() {
-            let (batch, used) = RecordBatch::parse_prefix(rest, 1 << 24).unwrap();
-            let values = batch
-                .records_section(1 << 26)
-                .unwrap()
-                .iter()
-                .map(|r| String::from_utf8(r.unwrap().value.unwrap().to_vec()).unwrap())
+    read_stored(log, 64 * 1024)
+        .await
+        .into_iter()
+        .map(|(header, records)| {
+            let values = records
+                .into_iter()
+                .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
                 .collect();
-            out.push((*batch.header(), values));
-            rest = &rest[used..];
-        }
-        next = fetched.next_offset;
-    }
-    out
+            (header, values)
+        })
+        .collect()
 }
 
 async fn check(log: &PartitionLog, models: &[ProducerModel]) {

@@ -33,6 +33,54 @@ pub fn batch(tag: u64, count: usize, timestamp_ms: i64, value_bytes: usize) -> V
     builder.build().expect("batch builds")
 }
 
+/// One stored record, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// Every batch from the log start to the log end, as stored (read back from
+/// the files, `read_bytes` at a time), with its records.
+pub async fn read_stored(
+    log: &PartitionLog,
+    read_bytes: usize,
+) -> Vec<(protocol::BatchHeader, Vec<StoredRecord>)> {
+    let mut out = Vec::new();
+    let mut next = log.log_start_offset();
+    while next < log.log_end_offset() {
+        let fetched = log
+            .read(next, read_bytes, log.log_end_offset())
+            .await
+            .unwrap();
+        assert!(fetched.batch_count > 0, "progress at {next}");
+        let mut rest = &fetched.bytes[..];
+        while !rest.is_empty() {
+            let (batch, used) = RecordBatch::parse_prefix(rest, 1 << 24).unwrap();
+            let records = batch
+                .records_section(1 << 26)
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let r = r.unwrap();
+                    StoredRecord {
+                        offset: r.offset.0,
+                        timestamp_ms: r.timestamp_ms,
+                        key: r.key.map(<[u8]>::to_vec),
+                        value: r.value.map(<[u8]>::to_vec),
+                    }
+                })
+                .collect();
+            out.push((*batch.header(), records));
+            rest = &rest[used..];
+        }
+        next = fetched.next_offset;
+    }
+    out
+}
+
 /// Splits fetched bytes into (base offset, record count, values).
 pub fn decode(bytes: &[u8]) -> Vec<(i64, Vec<Vec<u8>>)> {
     let mut out = Vec::new();
