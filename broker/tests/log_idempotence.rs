@@ -134,7 +134,7 @@ async fn check(log: &PartitionLog, models: &[ProducerModel]) {
     let mut rebuilt = ProducerStateTable::new();
     let mut tags = BTreeMap::new();
     for (header, values) in &stored {
-        rebuilt.apply(header);
+        rebuilt.apply(header, None);
         let tag = values[0].split(':').next().unwrap().to_owned();
         assert!(
             tags.insert(tag.clone(), header.base_offset).is_none(),

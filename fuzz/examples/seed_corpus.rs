@@ -8,6 +8,7 @@ use std::path::Path;
 
 use broker::log::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
 use broker::log::producer_state::ProducerStateTable;
+use broker::log::txn_index::{AbortedIndex, AbortedTxn};
 use protocol::record_batch::{stamp, stamp_producer};
 use protocol::{
     BatchBuilder, Compression, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Record,
@@ -111,7 +112,7 @@ fn main() -> std::io::Result<()> {
             Sequence(i as i32 * 5),
         );
         let parsed = RecordBatch::parse(&bytes, 1 << 20).expect("seed batch parses");
-        producers.apply(parsed.header());
+        producers.apply(parsed.header(), None);
     }
     write(
         &root.join("producer_snapshot"),
@@ -121,6 +122,27 @@ fn main() -> std::io::Result<()> {
                 ProducerStateTable::new().encode_snapshot(Offset(0)),
             ),
             ("two-producers", producers.encode_snapshot(Offset(99))),
+        ],
+    )?;
+
+    // Transaction indexes: empty, and two aborted transactions.
+    let aborted = [
+        AbortedTxn {
+            producer_id: ProducerId(7),
+            first_offset: Offset(3),
+            last_offset: Offset(10),
+        },
+        AbortedTxn {
+            producer_id: ProducerId(8),
+            first_offset: Offset(5),
+            last_offset: Offset(11),
+        },
+    ];
+    write(
+        &root.join("txn_index"),
+        &[
+            ("empty", AbortedIndex::encode_file(&[])),
+            ("two-aborts", AbortedIndex::encode_file(&aborted)),
         ],
     )
 }

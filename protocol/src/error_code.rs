@@ -72,10 +72,17 @@ pub enum ErrorCode {
     /// The batch carries an older epoch of its producer id than this
     /// partition has seen: another instance took the id over.
     InvalidProducerEpoch = 38,
+    /// The batch does not fit the producer's transaction state here: a
+    /// plain batch while its transaction is open, or a transactional batch
+    /// without a producer id and epoch.
+    InvalidTxnState = 39,
+    /// A transaction marker from a coordinator older than the one this
+    /// partition last heard: that coordinator lost its role.
+    TransactionCoordinatorFenced = 40,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 39] = [
+    const ALL: [ErrorCode; 41] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -115,6 +122,8 @@ impl ErrorCode {
         ErrorCode::UnreleasedInstanceId,
         ErrorCode::OutOfOrderSequenceNumber,
         ErrorCode::InvalidProducerEpoch,
+        ErrorCode::InvalidTxnState,
+        ErrorCode::TransactionCoordinatorFenced,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -192,6 +201,8 @@ impl ErrorCode {
             ErrorCode::UnreleasedInstanceId => "UNRELEASED_INSTANCE_ID",
             ErrorCode::OutOfOrderSequenceNumber => "OUT_OF_ORDER_SEQUENCE_NUMBER",
             ErrorCode::InvalidProducerEpoch => "INVALID_PRODUCER_EPOCH",
+            ErrorCode::InvalidTxnState => "INVALID_TXN_STATE",
+            ErrorCode::TransactionCoordinatorFenced => "TRANSACTION_COORDINATOR_FENCED",
         }
     }
 }

@@ -111,6 +111,8 @@ pub enum BatchError {
     Decompression(String),
     #[error("records section does not compress: {0}")]
     Compression(String),
+    #[error("invalid control batch: {0}")]
+    InvalidControl(&'static str),
 }
 
 /// The decoded fixed header of one batch.
@@ -597,6 +599,7 @@ pub struct BatchBuilder {
     producer_epoch: ProducerEpoch,
     base_sequence: Sequence,
     transactional: bool,
+    control: bool,
     records: Vec<u8>,
     record_count: i32,
     base_timestamp_ms: i64,
@@ -612,6 +615,7 @@ impl BatchBuilder {
             producer_epoch: ProducerEpoch::NONE,
             base_sequence: Sequence::NONE,
             transactional: false,
+            control: false,
             // The header's bytes are reserved up front so an uncompressed batch
             // is finished in place, without copying its records.
             records: vec![0u8; BATCH_HEADER_BYTES],
@@ -642,6 +646,13 @@ impl BatchBuilder {
 
     pub fn transactional(mut self, transactional: bool) -> BatchBuilder {
         self.transactional = transactional;
+        self
+    }
+
+    /// Marks the batch as a control batch (a transaction marker): only the
+    /// broker writes those.
+    pub(crate) fn control(mut self) -> BatchBuilder {
+        self.control = true;
         self
     }
 
@@ -716,6 +727,9 @@ impl BatchBuilder {
         let mut attributes = i16::from(self.compression.code());
         if self.transactional {
             attributes |= ATTRIBUTE_TRANSACTIONAL;
+        }
+        if self.control {
+            attributes |= ATTRIBUTE_CONTROL;
         }
         let mut header = [0u8; BATCH_HEADER_BYTES];
         let fields: [(usize, &[u8]); 12] = [
@@ -863,6 +877,8 @@ fn put_nullable(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
         }
     }
 }
+
+pub mod marker;
 
 #[cfg(test)]
 mod tests;

@@ -15,6 +15,7 @@ pub mod scan;
 pub mod segment;
 mod swap;
 mod tail;
+pub mod txn_index;
 pub mod verify;
 
 pub use checkpoint::{create_dir_durably, record_dir_syncs, write_atomically};

@@ -4,11 +4,14 @@
 //! (a repeat is answered with the original offsets, a gap or an old epoch is
 //! refused); leaders and followers update it from every batch they append
 //! and recovery rebuilds it from a snapshot plus the log after it, so a new
-//! leader deduplicates exactly as the old one did. Pure: the log owns the
-//! files.
+//! leader deduplicates exactly as the old one did. It also follows
+//! transactions: where each producer's open transaction began (the last
+//! stable offset stops before the oldest one) and which ones a marker ended.
+//! Pure: the log owns the files.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
+use protocol::record_batch::marker::{MarkerKind, TxnMarker};
 use protocol::{BatchHeader, Offset, ProducerEpoch, ProducerId, Sequence};
 
 /// Batches remembered per producer: a client keeps at most this many
@@ -36,6 +39,20 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchRange>,
     /// Largest batch timestamp seen: expiry counts from it.
     pub last_timestamp_ms: i64,
+    /// Offset of the first batch of the producer's open transaction here.
+    pub txn_first_offset: Option<Offset>,
+    /// Epoch of the coordinator whose marker this partition took last.
+    pub coordinator_epoch: i32,
+}
+
+/// A transaction a marker ended in this partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: ProducerId,
+    pub first_offset: Offset,
+    /// Where the marker sits.
+    pub marker_offset: Offset,
+    pub kind: MarkerKind,
 }
 
 /// The leader's verdict on an idempotent batch it may append.
@@ -64,6 +81,12 @@ pub enum SequenceError {
         expected: i32,
         got: i32,
     },
+    #[error("producer {producer_id} has a transaction open here and sent a batch outside it")]
+    NotInTransaction { producer_id: i64 },
+    #[error("producer {producer_id} sent a transactional batch without a producer epoch")]
+    InvalidTransactional { producer_id: i64 },
+    #[error("marker from coordinator epoch {got}, older than {current}")]
+    CoordinatorFenced { current: i32, got: i32 },
 }
 
 /// The sequence of a batch's last record, `last_offset_delta` after its
@@ -87,6 +110,13 @@ pub fn is_idempotent(header: &BatchHeader) -> bool {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProducerStateTable {
     producers: HashMap<ProducerId, ProducerEntry>,
+    /// Open transactions by where they began: the oldest bounds the last
+    /// stable offset.
+    ongoing: BTreeSet<(Offset, ProducerId)>,
+    /// Transactions ended by a marker the high watermark has not passed yet
+    /// (marker offset -> first offset): still unstable, since the marker may
+    /// yet be lost with a leader change.
+    completed: BTreeMap<Offset, Offset>,
 }
 
 impl ProducerStateTable {
@@ -109,6 +139,11 @@ impl ProducerStateTable {
     /// The leader's check of a batch it is about to append (header as the
     /// producer sent it). Batches without a producer id always append.
     pub fn check(&self, header: &BatchHeader) -> Result<SequenceCheck, SequenceError> {
+        if header.is_transactional() && (header.producer_id.0 < 0 || header.producer_epoch.0 < 0) {
+            return Err(SequenceError::InvalidTransactional {
+                producer_id: header.producer_id.0,
+            });
+        }
         if !is_idempotent(header) {
             return Ok(SequenceCheck::Append);
         }
@@ -147,6 +182,11 @@ impl ProducerStateTable {
         {
             return Ok(SequenceCheck::Duplicate(*same));
         }
+        if entry.txn_first_offset.is_some() && !header.is_transactional() {
+            return Err(SequenceError::NotInTransaction {
+                producer_id: header.producer_id.0,
+            });
+        }
         let expected = entry
             .batches
             .back()
@@ -163,11 +203,44 @@ impl ProducerStateTable {
         }
     }
 
+    /// The leader's check of a marker it is about to write for the
+    /// producer: not from an older producer epoch nor an older coordinator.
+    pub fn check_marker(
+        &self,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        marker: TxnMarker,
+    ) -> Result<(), SequenceError> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if producer_epoch < entry.epoch {
+            return Err(SequenceError::StaleEpoch {
+                producer_id: producer_id.0,
+                current: entry.epoch.0,
+                got: producer_epoch.0,
+            });
+        }
+        if marker.coordinator_epoch < entry.coordinator_epoch {
+            return Err(SequenceError::CoordinatorFenced {
+                current: entry.coordinator_epoch,
+                got: marker.coordinator_epoch,
+            });
+        }
+        Ok(())
+    }
+
     /// Takes an appended batch (stored header: its offsets are final), on
     /// the leader after its check and on followers and recovery as it comes.
-    pub fn apply(&mut self, header: &BatchHeader) {
+    /// `marker` is the decoded marker of a control batch (`None` for data
+    /// batches). Returns the transaction a marker ended, if one was open.
+    pub fn apply(
+        &mut self,
+        header: &BatchHeader,
+        marker: Option<TxnMarker>,
+    ) -> Option<CompletedTxn> {
         if header.producer_id.0 < 0 {
-            return;
+            return None;
         }
         let entry = self
             .producers
@@ -176,19 +249,38 @@ impl ProducerStateTable {
                 epoch: header.producer_epoch,
                 batches: VecDeque::new(),
                 last_timestamp_ms: header.max_timestamp_ms,
+                txn_first_offset: None,
+                coordinator_epoch: -1,
             });
         if header.producer_epoch < entry.epoch {
             // Only a leader that failed its own check could have written it;
             // the newer epoch stays.
-            return;
+            return None;
         }
         if header.producer_epoch > entry.epoch {
             entry.epoch = header.producer_epoch;
             entry.batches.clear();
         }
         entry.last_timestamp_ms = entry.last_timestamp_ms.max(header.max_timestamp_ms);
+        if let (true, Some(marker)) = (header.is_control(), marker) {
+            entry.coordinator_epoch = entry.coordinator_epoch.max(marker.coordinator_epoch);
+            let first = entry.txn_first_offset.take()?;
+            self.ongoing.remove(&(first, header.producer_id));
+            self.completed.insert(header.base_offset, first);
+            return Some(CompletedTxn {
+                producer_id: header.producer_id,
+                first_offset: first,
+                marker_offset: header.base_offset,
+                kind: marker.kind,
+            });
+        }
+        if header.is_transactional() && entry.txn_first_offset.is_none() {
+            entry.txn_first_offset = Some(header.base_offset);
+            self.ongoing
+                .insert((header.base_offset, header.producer_id));
+        }
         if !is_idempotent(header) {
-            return;
+            return None;
         }
         entry.batches.push_back(BatchRange {
             first_sequence: header.base_sequence,
@@ -199,22 +291,47 @@ impl ProducerStateTable {
         while entry.batches.len() > PRODUCER_BATCHES_KEPT_MAX {
             entry.batches.pop_front();
         }
+        None
+    }
+
+    /// The first offset a read_committed consumer may not read yet given
+    /// the high watermark: where the oldest open transaction began, or the
+    /// oldest ended one whose marker the high watermark has not passed.
+    /// `None`: nothing below the high watermark is unstable.
+    pub fn first_unstable_offset(&mut self, high_watermark: Offset) -> Option<Offset> {
+        self.completed = self.completed.split_off(&high_watermark);
+        let ongoing = self.ongoing.first().map(|(first, _)| *first);
+        let completed = self.completed.values().min().copied();
+        match (ongoing, completed) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Producers with a transaction open here, oldest first.
+    pub fn open_transactions(&self) -> impl Iterator<Item = (Offset, ProducerId)> + '_ {
+        self.ongoing.iter().copied()
     }
 
     /// Forgets producers silent for `expiration_ms` (by batch timestamps).
     /// Returns how many went.
+    /// A producer with a transaction open stays: its coordinator ends it.
     pub fn remove_expired(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers
-            .retain(|_, e| e.last_timestamp_ms.saturating_add(expiration_ms) > now_ms);
+        self.producers.retain(|_, e| {
+            e.txn_first_offset.is_some()
+                || e.last_timestamp_ms.saturating_add(expiration_ms) > now_ms
+        });
         before - self.producers.len()
     }
 
     /// Encodes the table as the state of every batch below `offset`:
     /// `[magic "RLPS"][version u16][crc32c u32 of the rest][offset i64]
     /// [count u32]` then per producer `[id i64][epoch i16][last timestamp
-    /// i64][batches u8]` and per batch `[first seq i32][last seq i32][base
-    /// offset i64][last offset i64]`, all big-endian, producers by id.
+    /// i64][open transaction's first offset i64, -1 for none][coordinator
+    /// epoch i32][batches u8]` and per batch `[first seq i32][last seq i32]
+    /// [base offset i64][last offset i64]`, all big-endian, producers by id.
+    /// Version 1 lacks the two transaction fields.
     pub fn encode_snapshot(&self, offset: Offset) -> Vec<u8> {
         let mut body = Vec::with_capacity(12 + self.producers.len() * 64);
         body.extend_from_slice(&offset.0.to_be_bytes());
@@ -226,6 +343,9 @@ impl ProducerStateTable {
             body.extend_from_slice(&id.0.to_be_bytes());
             body.extend_from_slice(&entry.epoch.0.to_be_bytes());
             body.extend_from_slice(&entry.last_timestamp_ms.to_be_bytes());
+            let txn_first = entry.txn_first_offset.map_or(-1, |o| o.0);
+            body.extend_from_slice(&txn_first.to_be_bytes());
+            body.extend_from_slice(&entry.coordinator_epoch.to_be_bytes());
             body.push(entry.batches.len() as u8);
             for batch in &entry.batches {
                 body.extend_from_slice(&batch.first_sequence.0.to_be_bytes());
@@ -249,7 +369,7 @@ impl ProducerStateTable {
             return Err(SnapshotError::Magic);
         }
         let version = reader.u16()?;
-        if version != SNAPSHOT_VERSION {
+        if version != SNAPSHOT_VERSION && version != 1 {
             return Err(SnapshotError::Version(version));
         }
         let crc = reader.u32()?;
@@ -263,6 +383,7 @@ impl ProducerStateTable {
             return Err(SnapshotError::TooMany(count));
         }
         let mut producers = HashMap::with_capacity(count.min(1 << 16));
+        let mut ongoing = BTreeSet::new();
         let mut previous: Option<ProducerId> = None;
         for _ in 0..count {
             let id = ProducerId(reader.i64()?);
@@ -274,6 +395,19 @@ impl ProducerStateTable {
             previous = Some(id);
             let epoch = ProducerEpoch(reader.i16()?);
             let last_timestamp_ms = reader.i64()?;
+            let (txn_first_offset, coordinator_epoch) = if version == 1 {
+                (None, -1)
+            } else {
+                let first = reader.i64()?;
+                let coordinator_epoch = reader.i32()?;
+                if first < -1 {
+                    return Err(SnapshotError::Invalid("transaction first offset"));
+                }
+                ((first >= 0).then_some(Offset(first)), coordinator_epoch)
+            };
+            if let Some(first) = txn_first_offset {
+                ongoing.insert((first, id));
+            }
             let batch_count = usize::from(reader.take(1)?[0]);
             if batch_count > PRODUCER_BATCHES_KEPT_MAX || id.0 < 0 {
                 return Err(SnapshotError::Invalid("producer entry"));
@@ -291,18 +425,25 @@ impl ProducerStateTable {
                 epoch,
                 batches,
                 last_timestamp_ms,
+                txn_first_offset,
+                coordinator_epoch,
             };
             producers.insert(id, entry);
         }
         if reader.at != bytes.len() {
             return Err(SnapshotError::Invalid("bytes after the last producer"));
         }
-        Ok((offset, ProducerStateTable { producers }))
+        let table = ProducerStateTable {
+            producers,
+            ongoing,
+            completed: BTreeMap::new(),
+        };
+        Ok((offset, table))
     }
 }
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"RLPS";
-const SNAPSHOT_VERSION: u16 = 1;
+const SNAPSHOT_VERSION: u16 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
@@ -396,7 +537,7 @@ mod tests {
         let mut table = ProducerStateTable::new();
         let first = header(1, 0, 0, 10, 0);
         assert_eq!(table.check(&first), Ok(SequenceCheck::Append));
-        table.apply(&first);
+        table.apply(&first, None);
         let dup = table.check(&header(1, 0, 0, 10, 99)).unwrap();
         assert_eq!(
             dup,
@@ -423,7 +564,7 @@ mod tests {
         assert!(table.check(&header(1, 1, 5, 1, 10)).is_err());
         let bumped = header(1, 1, 0, 1, 10);
         assert_eq!(table.check(&bumped), Ok(SequenceCheck::Append));
-        table.apply(&bumped);
+        table.apply(&bumped, None);
         assert!(matches!(
             table.check(&header(1, 0, 10, 1, 11)),
             Err(SequenceError::StaleEpoch {
@@ -438,7 +579,7 @@ mod tests {
     fn only_the_last_five_batches_are_remembered() {
         let mut table = ProducerStateTable::new();
         for i in 0..7 {
-            table.apply(&header(3, 0, i, 1, i64::from(i)));
+            table.apply(&header(3, 0, i, 1, i64::from(i)), None);
         }
         let entry = table.get(ProducerId(3)).unwrap();
         assert_eq!(entry.batches.len(), PRODUCER_BATCHES_KEPT_MAX);
@@ -450,8 +591,8 @@ mod tests {
     #[test]
     fn expiry_forgets_silent_producers() {
         let mut table = ProducerStateTable::new();
-        table.apply(&header(1, 0, 0, 1, 0));
-        table.apply(&header(2, 0, 0, 1, 500));
+        table.apply(&header(1, 0, 0, 1, 0), None);
+        table.apply(&header(2, 0, 0, 1, 500), None);
         assert_eq!(table.remove_expired(1_000 + 400, 100), 1);
         assert!(table.get(ProducerId(1)).is_none());
         assert!(table.get(ProducerId(2)).is_some());
@@ -461,7 +602,7 @@ mod tests {
     fn a_snapshot_round_trips_and_damage_is_detected() {
         let mut table = ProducerStateTable::new();
         for i in 0..12 {
-            table.apply(&header(i % 4, (i % 2) as i16, i as i32, 3, i * 3));
+            table.apply(&header(i % 4, (i % 2) as i16, i as i32, 3, i * 3), None);
         }
         let bytes = table.encode_snapshot(Offset(36));
         assert_eq!(
@@ -478,5 +619,115 @@ mod tests {
             ProducerStateTable::decode_snapshot(&flipped),
             Err(SnapshotError::Crc)
         );
+    }
+
+    fn txn(pid: i64, first: i32, count: i32, base: i64) -> BatchHeader {
+        BatchHeader {
+            attributes: 0x10,
+            ..header(pid, 0, first, count, base)
+        }
+    }
+
+    fn marker_header(pid: i64, base: i64) -> BatchHeader {
+        BatchHeader {
+            attributes: 0x30,
+            base_sequence: Sequence::NONE,
+            ..header(pid, 0, 0, 1, base)
+        }
+    }
+
+    fn marker(kind: MarkerKind, coordinator_epoch: i32) -> Option<TxnMarker> {
+        Some(TxnMarker {
+            kind,
+            coordinator_epoch,
+        })
+    }
+
+    #[test]
+    fn open_transactions_hold_back_the_stable_offset_until_their_marker_is_replicated() {
+        let mut table = ProducerStateTable::new();
+        assert_eq!(table.first_unstable_offset(Offset(100)), None);
+        table.apply(&txn(1, 0, 2, 10), None);
+        table.apply(&txn(2, 0, 1, 12), None);
+        table.apply(&txn(1, 2, 1, 13), None);
+        assert_eq!(table.first_unstable_offset(Offset(14)), Some(Offset(10)));
+        let done = table.apply(&marker_header(1, 14), marker(MarkerKind::Abort, 0));
+        assert_eq!(
+            done,
+            Some(CompletedTxn {
+                producer_id: ProducerId(1),
+                first_offset: Offset(10),
+                marker_offset: Offset(14),
+                kind: MarkerKind::Abort,
+            })
+        );
+        // The marker is not replicated yet: still unstable from 10.
+        assert_eq!(table.first_unstable_offset(Offset(14)), Some(Offset(10)));
+        assert_eq!(table.first_unstable_offset(Offset(15)), Some(Offset(12)));
+        table.apply(&marker_header(2, 15), marker(MarkerKind::Commit, 0));
+        assert_eq!(table.first_unstable_offset(Offset(16)), None);
+        // A marker with nothing open ends nothing.
+        assert_eq!(
+            table.apply(&marker_header(2, 16), marker(MarkerKind::Commit, 0)),
+            None
+        );
+    }
+
+    #[test]
+    fn transaction_rules_are_enforced_at_the_leader() {
+        let mut table = ProducerStateTable::new();
+        let anonymous = BatchHeader {
+            producer_id: ProducerId(-1),
+            ..txn(1, 0, 1, 0)
+        };
+        assert!(matches!(
+            table.check(&anonymous),
+            Err(SequenceError::InvalidTransactional { .. })
+        ));
+        table.apply(&txn(1, 0, 1, 0), None);
+        assert!(matches!(
+            table.check(&header(1, 0, 1, 1, 1)),
+            Err(SequenceError::NotInTransaction { producer_id: 1 })
+        ));
+        assert_eq!(table.check(&txn(1, 1, 1, 1)), Ok(SequenceCheck::Append));
+        table.apply(&marker_header(1, 1), marker(MarkerKind::Commit, 5));
+        assert_eq!(
+            table.check_marker(
+                ProducerId(1),
+                ProducerEpoch(0),
+                marker(MarkerKind::Abort, 4).unwrap()
+            ),
+            Err(SequenceError::CoordinatorFenced { current: 5, got: 4 })
+        );
+        assert_eq!(
+            table.check_marker(
+                ProducerId(1),
+                ProducerEpoch(0),
+                marker(MarkerKind::Abort, 5).unwrap()
+            ),
+            Ok(())
+        );
+        // After the marker the producer may write outside a transaction.
+        assert_eq!(
+            table.check(&header(1, 0, 1, 1, 2)),
+            Ok(SequenceCheck::Append)
+        );
+    }
+
+    #[test]
+    fn open_transactions_survive_snapshots_and_expiry() {
+        let mut table = ProducerStateTable::new();
+        table.apply(&txn(7, 0, 3, 20), None);
+        table.apply(&header(8, 0, 0, 1, 23), None);
+        table.apply(&marker_header(9, 24), marker(MarkerKind::Commit, 3));
+        let bytes = table.encode_snapshot(Offset(25));
+        let (at, mut decoded) = ProducerStateTable::decode_snapshot(&bytes).unwrap();
+        assert_eq!(at, Offset(25));
+        assert_eq!(decoded, table);
+        assert_eq!(decoded.first_unstable_offset(Offset(25)), Some(Offset(20)));
+        assert_eq!(decoded.get(ProducerId(9)).unwrap().coordinator_epoch, 3);
+        // Silent for long, but its transaction is open: it stays.
+        assert_eq!(decoded.remove_expired(1_000_000, 10), 2);
+        assert!(decoded.get(ProducerId(7)).is_some());
     }
 }

@@ -40,6 +40,12 @@ impl From<LogError> for OpError {
                 ErrorCode::OutOfOrderSequenceNumber
             }
             LogError::Sequence(SequenceError::StaleEpoch { .. }) => ErrorCode::InvalidProducerEpoch,
+            LogError::Sequence(
+                SequenceError::NotInTransaction { .. } | SequenceError::InvalidTransactional { .. },
+            ) => ErrorCode::InvalidTxnState,
+            LogError::Sequence(SequenceError::CoordinatorFenced { .. }) => {
+                ErrorCode::TransactionCoordinatorFenced
+            }
             LogError::Io { .. } | LogError::Corrupt { .. } | LogError::Config(_) => {
                 ErrorCode::StorageError
             }

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use protocol::record_batch::marker::{build_marker_batch, parse_marker, MarkerKind, TxnMarker};
 use protocol::record_batch::{field, peek_total_bytes};
 use protocol::{BatchHeader, LeaderEpoch, Offset, RecordBatch, BATCH_HEADER_BYTES};
 
@@ -26,6 +27,7 @@ use super::segment::{
     TIME_INDEX_SUFFIX,
 };
 use super::tail::Tail;
+use super::txn_index::{AbortedIndex, AbortedTxn};
 use crate::clock::Clock;
 use crate::runtime::{self, DirectFile, SerialGate, Watermark};
 
@@ -33,7 +35,7 @@ mod compact;
 mod producers;
 
 pub use compact::{CleanReport, CleanRequest};
-pub use producers::SNAPSHOT_SUFFIX;
+pub use producers::{SNAPSHOT_SUFFIX, TXN_INDEX_SUFFIX};
 
 /// How often, at most, the recovery point is persisted outside rolls and close.
 pub const RECOVERY_POINT_CHECKPOINT_MS: i64 = 10_000;
@@ -95,6 +97,8 @@ struct LogState {
     pending_snapshots: Vec<(Offset, Vec<u8>)>,
     /// When silent producers were last looked for.
     producers_expired_ms: i64,
+    /// Aborted transactions whose marker is in the log.
+    aborted: AbortedIndex,
 }
 
 /// Counters of the log's disk work, for metrics and tests.
@@ -168,6 +172,8 @@ pub struct PartitionLog {
 enum Stamp {
     /// Leader append: assign offsets and stamp the epoch.
     Leader(LeaderEpoch),
+    /// Leader append of a transaction marker this broker wrote.
+    Marker(LeaderEpoch),
     /// Follower append: keep the leader's offsets and epoch.
     Replica,
 }
@@ -208,6 +214,7 @@ impl PartitionLog {
                 producers: ProducerStateTable::new(),
                 pending_snapshots: Vec::new(),
                 producers_expired_ms: 0,
+                aborted: AbortedIndex::new(),
             }),
             io_gate: SerialGate::new(),
             segments_gate: SerialGate::new(),
@@ -405,6 +412,39 @@ impl PartitionLog {
             .await
     }
 
+    /// Writes the marker that ends `producer_id`'s transaction here, as
+    /// leader at `leader_epoch`, if `still_leads` holds when it is staged.
+    /// Refused when the producer epoch or the coordinator epoch is older
+    /// than this partition has seen.
+    pub async fn append_marker(
+        &self,
+        producer_id: protocol::ProducerId,
+        producer_epoch: protocol::ProducerEpoch,
+        marker: TxnMarker,
+        leader_epoch: LeaderEpoch,
+        still_leads: &dyn Fn() -> bool,
+    ) -> LogResult<AppendInfo> {
+        let batch = build_marker_batch(producer_id, producer_epoch, marker, self.clock.now_ms());
+        self.append_with(&batch, Stamp::Marker(leader_epoch), Some(still_leads))
+            .await
+    }
+
+    /// The offset read_committed consumers read up to: the high watermark,
+    /// or before it where the oldest transaction not yet stably ended began.
+    pub fn last_stable_offset(&self, high_watermark: Offset) -> Offset {
+        let first = self
+            .state
+            .borrow_mut()
+            .producers
+            .first_unstable_offset(high_watermark);
+        first.map_or(high_watermark, |f| f.min(high_watermark))
+    }
+
+    /// Aborted transactions a reader of `[from, to)` must skip, oldest first.
+    pub fn aborted_transactions(&self, from: Offset, to: Offset) -> Vec<AbortedTxn> {
+        self.state.borrow().aborted.overlapping(from, to)
+    }
+
     /// Appends a batch copied from the leader, keeping its offsets and epoch.
     pub async fn append_replica(&self, batch: &[u8]) -> LogResult<AppendInfo> {
         self.append_with(batch, Stamp::Replica, None).await
@@ -422,6 +462,19 @@ impl PartitionLog {
         let parsed = RecordBatch::parse(batch, config.batch_bytes_max)?;
         let header = *parsed.header();
         if let Stamp::Leader(_) = stamp {
+            if header.is_control() {
+                return Err(LogError::InvalidRecord(
+                    "control batches are written by brokers only".into(),
+                ));
+            }
+        }
+        // A control batch that is not a transaction marker ends nothing.
+        let marker = match stamp {
+            _ if !header.is_control() => None,
+            Stamp::Marker(_) => Some(parse_marker(&parsed)?),
+            Stamp::Leader(_) | Stamp::Replica => parse_marker(&parsed).ok(),
+        };
+        if let Stamp::Leader(_) | Stamp::Marker(_) = stamp {
             header.check_producer_batch()?;
             if config.cleanup_policy.compact && !header.is_control() {
                 Self::check_keyed(&parsed, config.decompressed_bytes_max)?;
@@ -446,7 +499,7 @@ impl PartitionLog {
         }
         let log_end = state.active().next_offset;
         let (base, epoch) = match stamp {
-            Stamp::Leader(epoch) => (log_end, epoch),
+            Stamp::Leader(epoch) | Stamp::Marker(epoch) => (log_end, epoch),
             Stamp::Replica => (header.base_offset, header.partition_leader_epoch),
         };
         if epoch < state.latest_epoch {
@@ -458,7 +511,7 @@ impl PartitionLog {
         // A replica's batch may start past its log end: the leader's log has a
         // hole there that compaction left, and offsets never move.
         let misplaced = match stamp {
-            Stamp::Leader(_) => base != log_end,
+            Stamp::Leader(_) | Stamp::Marker(_) => base != log_end,
             Stamp::Replica => base < log_end,
         };
         if misplaced {
@@ -466,6 +519,11 @@ impl PartitionLog {
                 batch_base: base,
                 log_end,
             });
+        }
+        if let (Stamp::Marker(_), Some(marker)) = (stamp, marker) {
+            state
+                .producers
+                .check_marker(header.producer_id, header.producer_epoch, marker)?;
         }
         if let Stamp::Leader(_) = stamp {
             match state.producers.check(&header)? {
@@ -514,7 +572,15 @@ impl PartitionLog {
         tail.append(&stamped_prefix);
         tail.append(&batch[field::MAGIC..]);
         active.account_batch(&stored, interval);
-        state.producers.apply(&stored);
+        if let Some(done) = state.producers.apply(&stored, marker) {
+            if done.kind == MarkerKind::Abort {
+                state.aborted.insert(AbortedTxn {
+                    producer_id: done.producer_id,
+                    first_offset: done.first_offset,
+                    last_offset: done.marker_offset,
+                });
+            }
+        }
         state.latest_epoch = epoch;
         state.stats.appended_batches += 1;
         state.stats.appended_bytes += batch.len() as u64;
@@ -1335,6 +1401,7 @@ impl PartitionLog {
             // The leader's log starts past everything this one held: its
             // producers' history arrives with its batches from here on.
             state.producers = ProducerStateTable::new();
+            state.aborted = AbortedIndex::new();
             state.pending_snapshots.clear();
             removed
         };
@@ -1386,7 +1453,12 @@ impl PartitionLog {
         let dir = self.dir.clone();
         runtime::blocking(move || {
             for base in bases {
-                for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                for suffix in [
+                    LOG_SUFFIX,
+                    INDEX_SUFFIX,
+                    TIME_INDEX_SUFFIX,
+                    TXN_INDEX_SUFFIX,
+                ] {
                     remove_if_exists(&segment_path(&dir, base, suffix))?;
                 }
             }
@@ -1424,6 +1496,8 @@ impl PartitionLog {
         }
         let removed: Vec<Segment> = self.state.borrow_mut().segments.drain(..count).collect();
         if count > 0 {
+            let log_start = self.log_start_offset();
+            self.state.borrow_mut().aborted.remove_below(log_start);
             // Oldest first: a crash part-way leaves the log a suffix.
             self.remove_files_and_sync(removed.iter().map(|s| s.base).collect())
                 .await?;
@@ -1462,6 +1536,7 @@ impl PartitionLog {
             &time_bytes,
         )
         .await?;
+        self.write_txn_index(base, next_offset).await?;
         Ok(next_offset)
     }
 
