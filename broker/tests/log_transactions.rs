@@ -11,9 +11,9 @@ use std::rc::Rc;
 use broker::clock::ManualClock;
 use broker::log::producer_state::SequenceError;
 use broker::log::txn_index::AbortedTxn;
-use broker::log::{FlushPolicy, LogConfig, LogError, PartitionLog};
+use broker::log::{AppendInfo, FlushPolicy, LogConfig, LogError, PartitionLog};
 use proptest::prelude::*;
-use protocol::record_batch::marker::{MarkerKind, TxnMarker};
+use protocol::record_batch::marker::{build_marker_batch, MarkerKind, TxnMarker};
 use protocol::record_batch::stamp_producer;
 use protocol::{
     BatchBuilder, Compression, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Record, Sequence,
@@ -132,6 +132,13 @@ fn data_batch(producer: u8, sequence: i32, count: u8, transactional: bool, tag: 
     bytes
 }
 
+async fn append_marker(log: &PartitionLog, producer: u8, marker: TxnMarker) -> AppendInfo {
+    let batch = build_marker_batch(producer_id(producer), ProducerEpoch(0), marker, 1_000);
+    log.append_marker(&batch, LEADER_EPOCH, &|| true)
+        .await
+        .unwrap()
+}
+
 async fn check(log: &PartitionLog, events: &[Event]) {
     log.check_invariants();
     let end = log.log_end_offset();
@@ -215,16 +222,7 @@ fn run_ops(ops: Vec<Op>) {
                         },
                         coordinator_epoch: 0,
                     };
-                    let info = log
-                        .append_marker(
-                            producer_id(producer),
-                            ProducerEpoch(0),
-                            marker,
-                            LEADER_EPOCH,
-                            &|| true,
-                        )
-                        .await
-                        .unwrap();
+                    let info = append_marker(&log, producer, marker).await;
                     events.push(Event {
                         producer,
                         base: info.base_offset.0,
@@ -305,15 +303,14 @@ fn an_abort_in_a_rolled_segment_survives_a_crash_and_a_lost_index_file() {
             kind: MarkerKind::Abort,
             coordinator_epoch: 0,
         };
-        log.append_marker(
-            producer_id(0),
-            ProducerEpoch(0),
-            abort,
-            LEADER_EPOCH,
-            &|| true,
-        )
-        .await
-        .unwrap();
+        // A client may not write markers: the same batch through the produce
+        // path is refused.
+        let forged = build_marker_batch(producer_id(0), ProducerEpoch(0), abort, 1_000);
+        assert!(matches!(
+            log.append(&forged, LEADER_EPOCH).await,
+            Err(LogError::InvalidRecord(_))
+        ));
+        append_marker(&log, 0, abort).await;
         for i in 0..20 {
             log.append(
                 &data_batch(1, i * 2, 2, false, 2 * (i as u64 + 1)),

@@ -12,7 +12,7 @@ use protocol::{ApiKey, MemberEpoch};
 
 use crate::accumulator::TopicPartition;
 use crate::cluster::Cluster;
-use crate::config::{ClientConfig, ConsumerConfig};
+use crate::config::{ClientConfig, ConsumerConfig, IsolationLevel};
 use crate::consumer::list_offsets;
 use crate::consumer_record::decode_records;
 use crate::coordinator::{Coordinator, RetryPolicy};
@@ -262,7 +262,13 @@ impl Admin {
             fetch_offset: offset,
             max_bytes: LAG_FETCH_BYTES_MAX,
         };
-        let body = messages::fetch_request(0, 1, LAG_FETCH_BYTES_MAX, &[entry]);
+        let body = messages::fetch_request(
+            0,
+            1,
+            LAG_FETCH_BYTES_MAX,
+            IsolationLevel::ReadUncommitted,
+            &[entry],
+        );
         let response = self
             .cluster
             .request_to(&address, ApiKey::Fetch, &body, &[])
@@ -284,6 +290,7 @@ impl Admin {
             offset,
             LAG_FETCH_BYTES_MAX as usize,
             ConsumerConfig::default().decompressed_bytes_max,
+            &[],
         )?;
         Ok(decoded.records.first().map(|r| r.timestamp_ms))
     }

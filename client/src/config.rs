@@ -232,6 +232,27 @@ pub enum OffsetReset {
     Error,
 }
 
+/// Which records a consumer sees. `ReadCommitted` (the default, as in
+/// Kafka's stream processors) reads up to the last stable offset and skips
+/// the records of aborted transactions; `ReadUncommitted` reads everything
+/// below the high watermark, open and aborted transactions included.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IsolationLevel {
+    ReadUncommitted,
+    #[default]
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    /// The wire's `isolation_level`.
+    pub fn wire(self) -> u8 {
+        match self {
+            IsolationLevel::ReadUncommitted => 0,
+            IsolationLevel::ReadCommitted => 1,
+        }
+    }
+}
+
 /// Consumer settings.
 #[derive(Clone, Debug)]
 pub struct ConsumerConfig {
@@ -257,6 +278,8 @@ pub struct ConsumerConfig {
     /// Pause before re-fetching a partition after a retriable error. Default
     /// 100 ms; 0..=60 000.
     pub retry_backoff_ms: u64,
+    /// Default `ReadCommitted`.
+    pub isolation_level: IsolationLevel,
 }
 
 impl Default for ConsumerConfig {
@@ -271,6 +294,7 @@ impl Default for ConsumerConfig {
             poll_records_max: 10_000,
             offset_reset: OffsetReset::Earliest,
             retry_backoff_ms: 100,
+            isolation_level: IsolationLevel::ReadCommitted,
         }
     }
 }

@@ -513,6 +513,12 @@ impl Consumer {
                     "fetch offsets never go back"
                 );
                 state.fetch_offset = decoded.next_fetch_offset;
+                if state.buffered.is_empty() && decoded.records.is_empty() {
+                    // Only batches nobody is shown (markers, aborted
+                    // transactions) were fetched: the position moves past
+                    // them, as it would past returned records.
+                    state.position = state.position.map(|_| state.fetch_offset);
+                }
                 self.records_buffered += decoded.records.len();
                 state.buffered.extend(decoded.records);
                 state.check_invariants();
@@ -656,6 +662,7 @@ async fn fetch(
         config.fetch_wait_ms_max as i32,
         config.fetch_bytes_min as i32,
         config.fetch_bytes_max as i32,
+        config.isolation_level,
         entries,
     );
     let response = cluster
@@ -681,6 +688,7 @@ async fn fetch(
                 fetch_offset,
                 config.partition_fetch_bytes_max.max(config.fetch_bytes_max) as usize,
                 config.decompressed_bytes_max,
+                &data.aborted,
             )
             .map(|decoded| (data, decoded))
         } else {

@@ -2,9 +2,16 @@
 //! Batches arrive exactly as stored, so one may start before the offset the
 //! consumer asked for: records below it are skipped here. Every batch is
 //! validated (header, CRC, each record) before a record is handed out.
+//! Control batches (transaction markers) are never handed out, and under
+//! read_committed the batches of aborted transactions are skipped.
+
+use std::collections::HashSet;
 
 use bytes::Bytes;
+use protocol::record_batch::marker::{parse_marker, MarkerKind};
 use protocol::{BatchError, Compression, RecordBatch};
+
+use crate::messages::AbortedTransaction;
 
 use crate::error::{ClientError, Result};
 use crate::record::Header;
@@ -33,6 +40,9 @@ pub struct DecodedRecords {
 /// Decodes whole batches from `bytes`. A partial batch at the end (cut by a
 /// byte bound) is left for the next fetch; a partial first batch is an error,
 /// because fetching again from the same offset would return it again.
+/// `aborted` (oldest first, from a read_committed fetch): a producer's
+/// transactional batches are skipped from an aborted transaction's first
+/// offset up to its abort marker.
 pub fn decode_records(
     topic: &str,
     partition: i32,
@@ -40,7 +50,12 @@ pub fn decode_records(
     fetch_offset: i64,
     batch_bytes_max: usize,
     decompressed_bytes_max: usize,
+    aborted: &[AbortedTransaction],
 ) -> Result<DecodedRecords> {
+    let mut aborted = aborted.to_vec();
+    aborted.sort_by_key(|t| t.first_offset);
+    let mut aborted = aborted.into_iter().peekable();
+    let mut aborting: HashSet<i64> = HashSet::new();
     let mut records = Vec::new();
     let mut next_fetch_offset = fetch_offset;
     let mut rest: &[u8] = bytes;
@@ -58,7 +73,18 @@ pub fn decode_records(
             // Entirely below the requested offset.
             continue;
         }
+        while let Some(t) = aborted.next_if(|t| t.first_offset <= header.last_offset().0) {
+            aborting.insert(t.producer_id);
+        }
         if header.is_control() {
+            let abort = parse_marker(&batch).is_ok_and(|m| m.kind == MarkerKind::Abort);
+            if abort {
+                aborting.remove(&header.producer_id.0);
+            }
+            next_fetch_offset = header.next_offset().0;
+            continue;
+        }
+        if header.is_transactional() && aborting.contains(&header.producer_id.0) {
             next_fetch_offset = header.next_offset().0;
             continue;
         }
@@ -105,8 +131,11 @@ pub fn decode_records(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protocol::record_batch::marker::{build_marker_batch, TxnMarker};
     use protocol::record_batch::stamp;
-    use protocol::{BatchBuilder, LeaderEpoch, Offset, Record};
+    use protocol::{
+        BatchBuilder, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Record, Sequence,
+    };
 
     fn batch(base_offset: i64, values: &[&str], compression: Compression) -> Vec<u8> {
         let mut builder = BatchBuilder::new(compression);
@@ -133,7 +162,7 @@ mod tests {
         let third = batch(15, &["f"], Compression::None);
         bytes.extend(&third[..third.len() - 3]);
         let bytes = Bytes::from(bytes);
-        let decoded = decode_records("t", 0, &bytes, 12, 1 << 20, 1 << 20).unwrap();
+        let decoded = decode_records("t", 0, &bytes, 12, 1 << 20, 1 << 20, &[]).unwrap();
         let offsets: Vec<i64> = decoded.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, vec![12, 13, 14]);
         let values: Vec<&[u8]> = decoded
@@ -152,13 +181,71 @@ mod tests {
         let mut bytes = batch(0, &["a"], Compression::None);
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
-        let result = decode_records("t", 0, &Bytes::from(bytes), 0, 1 << 20, 1 << 20);
+        let result = decode_records("t", 0, &Bytes::from(bytes), 0, 1 << 20, 1 << 20, &[]);
         assert!(matches!(
             result,
             Err(ClientError::Batch(BatchError::CrcMismatch { .. }))
         ));
         let whole = batch(0, &["a"], Compression::None);
         let cut = Bytes::copy_from_slice(&whole[..whole.len() - 1]);
-        assert!(decode_records("t", 0, &cut, 0, 1 << 20, 1 << 20).is_err());
+        assert!(decode_records("t", 0, &cut, 0, 1 << 20, 1 << 20, &[]).is_err());
+    }
+
+    fn txn_batch(base_offset: i64, producer_id: i64, values: &[&str]) -> Vec<u8> {
+        let mut builder = BatchBuilder::new(Compression::None)
+            .transactional(true)
+            .producer(ProducerId(producer_id), ProducerEpoch(0), Sequence(0));
+        for v in values {
+            builder.push(&Record {
+                timestamp_ms: 5,
+                key: None,
+                value: Some(v.as_bytes()),
+                headers: &[],
+            });
+        }
+        let mut bytes = builder.build().unwrap();
+        stamp(&mut bytes, Offset(base_offset), LeaderEpoch(0));
+        bytes
+    }
+
+    fn marker(base_offset: i64, producer_id: i64, kind: MarkerKind) -> Vec<u8> {
+        let marker = TxnMarker {
+            kind,
+            coordinator_epoch: 0,
+        };
+        let mut bytes = build_marker_batch(ProducerId(producer_id), ProducerEpoch(0), marker, 5);
+        stamp(&mut bytes, Offset(base_offset), LeaderEpoch(0));
+        bytes
+    }
+
+    #[test]
+    fn aborted_transactions_and_markers_are_never_handed_out() {
+        // Proves read_committed decoding skips exactly the aborted
+        // producer's batches up to its abort marker (a later transaction of
+        // the same producer is shown), another producer's interleaved
+        // committed batches are shown, and markers never are.
+        let mut bytes = txn_batch(0, 1, &["a0", "a1"]);
+        bytes.extend(txn_batch(2, 2, &["b0"]));
+        bytes.extend(txn_batch(3, 1, &["a2"]));
+        bytes.extend(marker(4, 1, MarkerKind::Abort));
+        bytes.extend(marker(5, 2, MarkerKind::Commit));
+        bytes.extend(txn_batch(6, 1, &["c0"]));
+        bytes.extend(marker(7, 1, MarkerKind::Commit));
+        let bytes = Bytes::from(bytes);
+        let aborted = [AbortedTransaction {
+            producer_id: 1,
+            first_offset: 0,
+        }];
+        let values = |aborted: &[AbortedTransaction]| -> Vec<String> {
+            let decoded = decode_records("t", 0, &bytes, 0, 1 << 20, 1 << 20, aborted).unwrap();
+            assert_eq!(decoded.next_fetch_offset, 8);
+            decoded
+                .records
+                .iter()
+                .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
+                .collect()
+        };
+        assert_eq!(values(&aborted), vec!["b0", "c0"]);
+        assert_eq!(values(&[]), vec!["a0", "a1", "b0", "a2", "c0"]);
     }
 }

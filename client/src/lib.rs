@@ -38,7 +38,9 @@ pub mod topic_types;
 pub use accumulator::TopicPartition;
 pub use admin::{Admin, PartitionDescription, TopicDescription, TopicSummary};
 pub use cluster::Cluster;
-pub use config::{Acks, ClientConfig, ConsumerConfig, GroupConfig, OffsetReset, ProducerConfig};
+pub use config::{
+    Acks, ClientConfig, ConsumerConfig, GroupConfig, IsolationLevel, OffsetReset, ProducerConfig,
+};
 pub use connection::{Connection, Response, ResponseFuture};
 pub use consumer::{Consumer, SeekTo};
 pub use consumer_record::ConsumerRecord;

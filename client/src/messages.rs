@@ -10,6 +10,7 @@ use protocol::frame::payload_range;
 use protocol::{wire, ErrorCode, GroupEpoch, MemberEpoch, ProducerEpoch, ProducerId};
 
 use crate::accumulator::TopicPartition;
+use crate::config::IsolationLevel;
 use crate::error::{ClientError, Result};
 use crate::group_types::{
     CommittedOffset, CoordinatorInfo, GroupDescription, GroupListing, GroupMemberDescription,
@@ -385,6 +386,7 @@ pub fn fetch_request(
     max_wait_ms: i32,
     min_bytes: i32,
     max_bytes: i32,
+    isolation: IsolationLevel,
     entries: &[FetchEntry],
 ) -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
@@ -424,9 +426,18 @@ pub fn fetch_request(
             min_bytes,
             max_bytes,
             topics,
+            isolation_level: isolation.wire(),
         },
     );
     finish(fbb, request)
+}
+
+/// A transaction aborted in a fetched partition: skip the producer's
+/// transactional batches from `first_offset` to its abort marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbortedTransaction {
+    pub producer_id: i64,
+    pub first_offset: i64,
 }
 
 /// One partition's data in a fetch response; `records` shares the frame.
@@ -438,6 +449,10 @@ pub struct FetchedPartition {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
+    /// Where read_committed reads stop (-1 when not known).
+    pub last_stable_offset: i64,
+    /// read_committed only, oldest first.
+    pub aborted: Vec<AbortedTransaction>,
     pub records: Bytes,
 }
 
@@ -470,6 +485,16 @@ pub fn fetch_response(body: &[u8], payload: &Bytes) -> Result<Vec<FetchedPartiti
                 high_watermark: p.high_watermark(),
                 log_start_offset: p.log_start_offset(),
                 log_end_offset: p.log_end_offset(),
+                last_stable_offset: p.last_stable_offset(),
+                aborted: p
+                    .aborted_transactions()
+                    .iter()
+                    .flatten()
+                    .map(|t| AbortedTransaction {
+                        producer_id: t.producer_id(),
+                        first_offset: t.first_offset(),
+                    })
+                    .collect(),
                 records,
             });
         }
@@ -764,6 +789,79 @@ pub fn init_producer_id_response(body: &[u8]) -> Result<(ProducerId, ProducerEpo
         ProducerId(response.producer_id()),
         ProducerEpoch(response.producer_epoch()),
     ))
+}
+
+// ---- WriteTxnMarkers ----
+
+/// One transaction's end to write to `partitions`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnMarkerEntry {
+    pub producer_id: ProducerId,
+    pub producer_epoch: ProducerEpoch,
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+    pub partitions: Vec<TopicPartition>,
+}
+
+pub fn write_txn_markers_request(markers: &[TxnMarkerEntry], timeout_ms: i32) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let mut encoded = Vec::with_capacity(markers.len());
+    for m in markers {
+        let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+        for tp in &m.partitions {
+            by_topic.entry(&tp.topic).or_default().push(tp.partition);
+        }
+        let topics: Vec<_> = by_topic
+            .into_iter()
+            .map(|(name, partitions)| {
+                let name = Some(fbb.create_string(name));
+                let partitions = Some(fbb.create_vector(&partitions));
+                wire::TxnMarkerTopic::create(
+                    &mut fbb,
+                    &wire::TxnMarkerTopicArgs { name, partitions },
+                )
+            })
+            .collect();
+        let topics = Some(fbb.create_vector(&topics));
+        encoded.push(wire::WritableTxnMarker::create(
+            &mut fbb,
+            &wire::WritableTxnMarkerArgs {
+                producer_id: m.producer_id.0,
+                producer_epoch: m.producer_epoch.0,
+                commit: m.commit,
+                coordinator_epoch: m.coordinator_epoch,
+                topics,
+            },
+        ));
+    }
+    let markers = Some(fbb.create_vector(&encoded));
+    let request = wire::WriteTxnMarkersRequest::create(
+        &mut fbb,
+        &wire::WriteTxnMarkersRequestArgs {
+            markers,
+            timeout_ms,
+        },
+    );
+    finish(fbb, request)
+}
+
+/// Per marker partition (producer id, partition) the broker's answer.
+pub fn write_txn_markers_response(body: &[u8]) -> Result<Vec<(i64, TopicPartition, ErrorCode)>> {
+    let response = root::<wire::WriteTxnMarkersResponse>(body, "write txn markers response")?;
+    let mut out = Vec::new();
+    for marker in response.markers().iter().flatten() {
+        for topic in marker.topics().iter().flatten() {
+            let name = topic.name().unwrap_or_default();
+            for p in topic.partitions().iter().flatten() {
+                out.push((
+                    marker.producer_id(),
+                    TopicPartition::new(name, p.partition()),
+                    code(p.error_code()),
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
 
 pub fn find_coordinator_request(group_id: &str) -> Vec<u8> {

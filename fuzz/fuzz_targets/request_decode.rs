@@ -103,6 +103,19 @@ fuzz_target!(|data: &[u8]| {
         Some(ApiKey::DeleteGroupOffsets) => {
             let _ = root::<wire::DeleteGroupOffsetsRequest>(body).map(|r| r.topic());
         }
+        Some(ApiKey::InitProducerId) => {
+            let _ = root::<wire::InitProducerIdRequest>(body).map(|r| r.transactional_id());
+        }
+        Some(ApiKey::WriteTxnMarkers) => {
+            if let Ok(r) = root::<wire::WriteTxnMarkersRequest>(body) {
+                for marker in r.markers().into_iter().flatten() {
+                    for topic in marker.topics().into_iter().flatten() {
+                        let _ = topic.name();
+                        let _ = topic.partitions().map(|p| p.iter().sum::<i32>());
+                    }
+                }
+            }
+        }
         Some(ApiKey::ApiVersions) | Some(ApiKey::ListTopics) | Some(ApiKey::ListGroups) | None => {}
         #[allow(unreachable_patterns)]
         Some(_) => {}

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use client::messages::{self, FetchEntry, ProduceEntry};
-use client::{Admin, ClientConfig, Cluster, Connection};
+use client::{Admin, ClientConfig, Cluster, Connection, IsolationLevel};
 use protocol::record_batch::stamp_producer;
 use protocol::{
     ApiKey, BatchBuilder, ErrorCode, ProducerEpoch, ProducerId, Record, RecordBatch, Sequence,
@@ -1183,7 +1183,13 @@ impl ConsumerTask {
                         max_bytes: FETCH_PARTITION_BYTES_MAX,
                     })
                     .collect();
-                let body = messages::fetch_request(FETCH_WAIT_MS, 1, FETCH_BYTES_MAX, &entries);
+                let body = messages::fetch_request(
+                    FETCH_WAIT_MS,
+                    1,
+                    FETCH_BYTES_MAX,
+                    IsolationLevel::ReadUncommitted,
+                    &entries,
+                );
                 busy.extend(&partitions);
                 rounds.spawn(async move {
                     let bound = Duration::from_millis(FETCH_ROUND_TRIP_MS_MAX);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use client::messages::{self, FetchEntry};
-use client::{ClientConfig, Cluster};
+use client::{ClientConfig, Cluster, IsolationLevel};
 use protocol::{ApiKey, ErrorCode, RecordBatch};
 
 use crate::payload::{decode_header, PayloadKind};
@@ -96,7 +96,7 @@ async fn settled_end(
         fetch_offset: list_offset(cluster, topic, partition, messages::TIMESTAMP_LATEST).await?,
         max_bytes: 1,
     };
-    let body = messages::fetch_request(0, 1, 1, &[entry]);
+    let body = messages::fetch_request(0, 1, 1, IsolationLevel::ReadUncommitted, &[entry]);
     let response = connection.request(ApiKey::Fetch, &body, &[]).await?;
     let bytes = response.payload();
     let fetched = messages::fetch_response(response.body(), &bytes)?;
@@ -136,7 +136,13 @@ async fn fetch(
         fetch_offset: offset,
         max_bytes: READBACK_FETCH_BYTES_MAX,
     };
-    let body = messages::fetch_request(0, 1, READBACK_FETCH_BYTES_MAX, &[entry]);
+    let body = messages::fetch_request(
+        0,
+        1,
+        READBACK_FETCH_BYTES_MAX,
+        IsolationLevel::ReadUncommitted,
+        &[entry],
+    );
     let response = connection.request(ApiKey::Fetch, &body, &[]).await?;
     let bytes = response.payload();
     let fetched = messages::fetch_response(response.body(), &bytes)?;

@@ -29,10 +29,13 @@ pub enum ApiKey {
     DeleteGroupOffsets = 25,
     /// Served by any broker: a new producer id for an idempotent producer.
     InitProducerId = 27,
+    /// Broker to broker: a transaction coordinator has partition leaders
+    /// write commit or abort markers.
+    WriteTxnMarkers = 28,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 19] = [
+    pub const ALL: [ApiKey; 20] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -52,6 +55,7 @@ impl ApiKey {
         ApiKey::DeleteGroup,
         ApiKey::DeleteGroupOffsets,
         ApiKey::InitProducerId,
+        ApiKey::WriteTxnMarkers,
     ];
 
     pub fn from_u16(key: u16) -> Option<ApiKey> {
@@ -84,6 +88,7 @@ impl ApiKey {
             ApiKey::DeleteGroup => "delete_group",
             ApiKey::DeleteGroupOffsets => "delete_group_offsets",
             ApiKey::InitProducerId => "init_producer_id",
+            ApiKey::WriteTxnMarkers => "write_txn_markers",
         }
     }
 }

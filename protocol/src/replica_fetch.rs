@@ -107,6 +107,8 @@ fn encode_fetch(
             min_bytes: 1,
             max_bytes: partition_bytes_max.saturating_mul(16),
             topics: Some(topics),
+            // Replicas and the lag probe read every batch.
+            isolation_level: 0,
         },
     );
     fbb.finish_minimal(root);

@@ -14,7 +14,7 @@ use super::{finish, parse, HandlerResult, Reply};
 use crate::partition::PartitionKey;
 use crate::runtime::{self, Watermark};
 use crate::shard::{
-    FetchOutcome, OpError, ReplicaFetch, Shard, ShardOp, ShardReply, UNKNOWN_OFFSET,
+    FetchOutcome, Isolation, OpError, ReplicaFetch, Shard, ShardOp, ShardReply, UNKNOWN_OFFSET,
 };
 
 /// Partitions in one fetch request.
@@ -26,6 +26,7 @@ struct Wanted {
     offset: Offset,
     max_bytes: usize,
     replica: Option<ReplicaFetch>,
+    isolation: Isolation,
 }
 
 async fn fetch_one(
@@ -35,6 +36,7 @@ async fn fetch_one(
     max_bytes: usize,
     wait_ms: u64,
     replica: Option<ReplicaFetch>,
+    isolation: Isolation,
 ) -> FetchOutcome {
     let owner = match shard.owner(&key.topic, key.partition) {
         Ok(owner) => owner,
@@ -44,6 +46,7 @@ async fn fetch_one(
                 high_watermark: UNKNOWN_OFFSET,
                 log_start_offset: UNKNOWN_OFFSET,
                 log_end_offset: UNKNOWN_OFFSET,
+                last_stable_offset: UNKNOWN_OFFSET,
                 ..FetchOutcome::default()
             }
         }
@@ -57,6 +60,7 @@ async fn fetch_one(
                 max_bytes,
                 wait_ms,
                 replica,
+                isolation,
             },
         )
         .await
@@ -80,6 +84,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
     let min_bytes = request.min_bytes().max(0) as usize;
     let response_bytes_max = request.max_bytes().max(1) as usize;
     let replica_id = request.replica_id();
+    let isolation = Isolation::from_wire(request.isolation_level());
     let mut names = Vec::new();
     let mut wanted = Vec::new();
     for (topic_index, topic) in request.topics().ok_or("no topics")?.iter().enumerate() {
@@ -106,6 +111,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
                 offset: Offset(partition.fetch_offset()),
                 max_bytes,
                 replica,
+                isolation,
             });
         }
         names.push(name);
@@ -121,6 +127,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
                 w.max_bytes,
                 0,
                 w.replica,
+                w.isolation,
             ))
         })
         .collect();
@@ -170,9 +177,11 @@ async fn wait_for_data(
             bytes.clone(),
             finished.clone(),
         );
-        let (offset, max_bytes, replica) = (w.offset, w.max_bytes, w.replica);
+        let (offset, max_bytes, replica, isolation) =
+            (w.offset, w.max_bytes, w.replica, w.isolation);
         tasks.push(runtime::spawn(async move {
-            let outcome = fetch_one(shard, key, offset, max_bytes, wait_ms, replica).await;
+            let outcome =
+                fetch_one(shard, key, offset, max_bytes, wait_ms, replica, isolation).await;
             let got = outcome.records.len() as i64;
             arrived.borrow_mut().push((i, outcome));
             finished.set(finished.get() + 1);
@@ -225,6 +234,22 @@ fn build_response(
         if !outcome.records.is_empty() {
             payload.extend(std::mem::take(&mut outcome.records).into_parts());
         }
+        let aborted = (!outcome.aborted.is_empty()).then(|| {
+            let entries: Vec<_> = outcome
+                .aborted
+                .iter()
+                .map(|t| {
+                    wire::AbortedTransaction::create(
+                        &mut fbb,
+                        &wire::AbortedTransactionArgs {
+                            producer_id: t.producer_id.0,
+                            first_offset: t.first_offset.0,
+                        },
+                    )
+                })
+                .collect();
+            fbb.create_vector(&entries)
+        });
         per_topic[w.topic_index].push(wire::FetchPartitionResult::create(
             &mut fbb,
             &wire::FetchPartitionResultArgs {
@@ -236,6 +261,8 @@ fn build_response(
                 records: Some(&range),
                 diverging_epoch: outcome.diverging.map_or(-1, |d| d.0 .0),
                 diverging_end_offset: outcome.diverging.map_or(-1, |d| d.1 .0),
+                last_stable_offset: outcome.last_stable_offset.0,
+                aborted_transactions: aborted,
             },
         ));
     }

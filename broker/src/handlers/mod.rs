@@ -11,6 +11,7 @@ mod list_offsets;
 mod metadata;
 mod produce;
 pub mod producers;
+pub mod transactions;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -92,6 +93,7 @@ pub async fn handle(
         ApiKey::DeleteGroup => groups::delete_group(shard, request.body).await,
         ApiKey::DeleteGroupOffsets => groups::delete_group_offsets(shard, request.body).await,
         ApiKey::InitProducerId => producers::init_producer_id(shard, request.body).await,
+        ApiKey::WriteTxnMarkers => transactions::write_txn_markers(shard, request.body).await,
     };
     let outcome = match result {
         Ok(Reply::Body { body, payload }) => {

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use protocol::{ErrorCode, LeaderEpoch, Offset};
 
-use super::{FetchOutcome, OpError, PartitionDetail, Replica, ReplicaFetch, Shard, UNKNOWN_OFFSET};
+use super::{
+    FetchOutcome, FetchReader, Isolation, OpError, PartitionDetail, Replica, ReplicaFetch, Shard,
+    UNKNOWN_OFFSET,
+};
 use crate::partition::{Chunks, PartitionKey};
 use crate::runtime::{self, Watermark};
 
@@ -17,14 +20,19 @@ impl Shard {
         offset: Offset,
         max_bytes: usize,
         wait_ms: u64,
-        follower: Option<ReplicaFetch>,
+        reader: FetchReader,
         cancel: Option<&Watermark>,
     ) -> FetchOutcome {
+        let (follower, isolation) = match reader {
+            FetchReader::Follower(f) => (Some(f), Isolation::ReadUncommitted),
+            FetchReader::Consumer(isolation) => (None, isolation),
+        };
         let failed = |e: OpError| FetchOutcome {
             error: Some(e),
             high_watermark: UNKNOWN_OFFSET,
             log_start_offset: UNKNOWN_OFFSET,
             log_end_offset: UNKNOWN_OFFSET,
+            last_stable_offset: UNKNOWN_OFFSET,
             ..FetchOutcome::default()
         };
         let replica = match self.leader_replica(key) {
@@ -41,13 +49,18 @@ impl Shard {
         loop {
             let (start, end) = (replica.log.log_start_offset(), replica.log.log_end_offset());
             let hw = Offset(replica.high_watermark.get()).min(end);
-            // Consumers read committed records only; followers read all.
-            let (limit, watermark) = match follower {
-                None => (hw, &replica.high_watermark),
-                Some(_) => (end, &replica.log_end),
+            let lso = replica.log.last_stable_offset(hw);
+            // Consumers read committed records only (read_committed: only
+            // stable ones); followers read all. A wait ends when the mark
+            // moves past where it stands now.
+            let (limit, watermark, waiting_from) = match (follower, isolation) {
+                (Some(_), _) => (end, &replica.log_end, offset),
+                (None, Isolation::ReadUncommitted) => (hw, &replica.high_watermark, offset),
+                (None, Isolation::ReadCommitted) => (lso, &replica.high_watermark, offset.max(hw)),
             };
             let mut outcome = FetchOutcome {
                 high_watermark: hw,
+                last_stable_offset: lso,
                 log_start_offset: start,
                 log_end_offset: end,
                 ..FetchOutcome::default()
@@ -77,11 +90,14 @@ impl Shard {
             let now = self.clock.monotonic();
             let cancelled = cancel.is_some_and(|c| c.get() > 0);
             if !records.is_empty() || now >= deadline || cancelled {
+                if follower.is_none() && isolation == Isolation::ReadCommitted {
+                    outcome.aborted = replica.log.aborted_transactions(offset, limit);
+                }
                 outcome.records = records;
                 return outcome;
             }
             let _waiting = self.metrics.fetch_waiter();
-            let woken = watermark.wait_at_least(offset.0 + 1);
+            let woken = watermark.wait_at_least(waiting_from.0 + 1);
             match cancel {
                 Some(cancel) => {
                     runtime::timeout(
@@ -135,6 +151,7 @@ impl Shard {
                 high_watermark: UNKNOWN_OFFSET,
                 log_start_offset: UNKNOWN_OFFSET,
                 log_end_offset: UNKNOWN_OFFSET,
+                last_stable_offset: UNKNOWN_OFFSET,
                 ..FetchOutcome::default()
             }),
             FollowerFetchVerdict::Diverging { epoch, end_offset } => Some(FetchOutcome {

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use protocol::replica_fetch::{decode_fetch_response, encode_consumer_fetch};
 use protocol::{ApiKey, Offset, RecordBatch};
 
-use super::{groups::SlotState, Shard, ShardOp, ShardReply};
+use super::{groups::SlotState, Isolation, Shard, ShardOp, ShardReply};
 use crate::log::config::STORED_BATCH_BYTES_MAX;
 use crate::partition::PartitionKey;
 use crate::runtime;
@@ -113,6 +113,7 @@ impl Shard {
                 max_bytes: LAG_PROBE_BYTES_MAX as usize,
                 wait_ms: 0,
                 replica: None,
+                isolation: Isolation::ReadUncommitted,
             };
             let ShardReply::Fetch(outcome) = self.call(shard, op).await else {
                 return None;

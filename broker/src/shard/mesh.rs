@@ -11,6 +11,7 @@ use protocol::{BrokerId, LeaderEpoch, Offset, PartitionEpoch};
 
 use super::{OpError, ReplicaFetch, Shard};
 use crate::cluster_view::TopicSpec;
+use crate::log::txn_index::AbortedTxn;
 use crate::partition::{Chunks, PartitionKey};
 use crate::runtime::{self, oneshot, Watermark};
 
@@ -28,9 +29,51 @@ pub struct FetchOutcome {
     pub high_watermark: Offset,
     pub log_start_offset: Offset,
     pub log_end_offset: Offset,
+    /// Where read_committed consumers stop (`UNKNOWN_OFFSET` when not known).
+    pub last_stable_offset: Offset,
     pub records: Chunks,
     /// For a follower whose log diverges: (leader epoch, its end offset).
     pub diverging: Option<(LeaderEpoch, Offset)>,
+    /// read_committed only: aborted transactions overlapping the records.
+    pub aborted: Vec<AbortedTxn>,
+}
+
+/// What a consumer's fetch may see: every batch below the high watermark,
+/// or only what is stable (below the last stable offset, with the aborted
+/// transactions to skip).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Isolation {
+    #[default]
+    ReadUncommitted,
+    ReadCommitted,
+}
+
+/// Who reads: a consumer (at an isolation level) or a follower.
+#[derive(Clone, Copy, Debug)]
+pub enum FetchReader {
+    Consumer(Isolation),
+    Follower(ReplicaFetch),
+}
+
+impl FetchReader {
+    pub fn new(replica: Option<ReplicaFetch>, isolation: Isolation) -> FetchReader {
+        match replica {
+            Some(f) => FetchReader::Follower(f),
+            None => FetchReader::Consumer(isolation),
+        }
+    }
+}
+
+impl Isolation {
+    /// The wire's `isolation_level`: 1 read_committed, anything else
+    /// read_uncommitted (Kafka's reading of unknown levels).
+    pub fn from_wire(level: u8) -> Isolation {
+        if level == 1 {
+            Isolation::ReadCommitted
+        } else {
+            Isolation::ReadUncommitted
+        }
+    }
 }
 
 /// An offset the answer does not know (the wire's -1).
@@ -62,6 +105,13 @@ pub enum ShardOp {
         /// How long acks=all waits for the ISR.
         timeout_ms: u64,
     },
+    /// A transaction marker (built by the coordinator's broker) to write as
+    /// leader and answer once replicated like acks=all.
+    WriteMarker {
+        key: PartitionKey,
+        batch: Bytes,
+        timeout_ms: u64,
+    },
     Fetch {
         key: PartitionKey,
         offset: Offset,
@@ -69,6 +119,8 @@ pub enum ShardOp {
         wait_ms: u64,
         /// Set when a follower fetches.
         replica: Option<ReplicaFetch>,
+        /// Consumers only.
+        isolation: Isolation,
     },
     /// To shard 0, which forwards it to the controller.
     AlterIsr(protocol::control::messages::AlterIsr),
@@ -208,6 +260,7 @@ impl Shard {
                             max_bytes,
                             wait_ms,
                             replica,
+                            isolation,
                         } if wait_ms > 0 => {
                             let cancel = Rc::new(Watermark::new(0));
                             shard
@@ -220,7 +273,7 @@ impl Shard {
                                     offset,
                                     max_bytes,
                                     wait_ms,
-                                    replica,
+                                    FetchReader::new(replica, isolation),
                                     Some(&cancel),
                                 )
                                 .await;
@@ -254,15 +307,28 @@ impl Shard {
                 acks,
                 timeout_ms,
             } => ShardReply::Produce(self.produce_local(key, batch, acks, timeout_ms).await),
+            ShardOp::WriteMarker {
+                key,
+                batch,
+                timeout_ms,
+            } => ShardReply::Produce(self.write_marker_local(key, batch, timeout_ms).await),
             ShardOp::Fetch {
                 key,
                 offset,
                 max_bytes,
                 wait_ms,
                 replica,
+                isolation,
             } => ShardReply::Fetch(
-                self.fetch_local(&key, offset, max_bytes, wait_ms, replica, None)
-                    .await,
+                self.fetch_local(
+                    &key,
+                    offset,
+                    max_bytes,
+                    wait_ms,
+                    FetchReader::new(replica, isolation),
+                    None,
+                )
+                .await,
             ),
             ShardOp::AlterIsr(request) => {
                 ShardReply::AlterIsr(super::controller_link::alter_isr(self, request).await)

@@ -55,8 +55,8 @@ use protocol::BrokerId;
 pub use error::OpError;
 pub use groups::{GroupAnswer, GroupOp};
 pub use mesh::{
-    FetchOutcome, MeshBody, MeshMessage, PartitionDetail, ProduceOutcome, ShardOp, ShardReply,
-    TopicOutcome, UNKNOWN_OFFSET,
+    FetchOutcome, FetchReader, Isolation, MeshBody, MeshMessage, PartitionDetail, ProduceOutcome,
+    ShardOp, ShardReply, TopicOutcome, UNKNOWN_OFFSET,
 };
 pub use reconcile::{desired_replicas, DesiredReplica};
 pub use replica::Replica;

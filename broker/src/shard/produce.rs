@@ -1,6 +1,7 @@
 //! Produce on the leader: append, then answer by acks (0: at once; 1: once the
 //! records are stable under the flush policy; all: once the high watermark
-//! passed them, as `replication::ack::decide` rules).
+//! passed them, as `replication::ack::decide` rules). Transaction markers
+//! take the same path, always as acks=all.
 
 use std::time::Duration;
 
@@ -22,6 +23,19 @@ impl Shard {
         self.produce_at(key, batch, acks, timeout_ms, None).await
     }
 
+    /// Writes a transaction marker as leader; answered once the in-sync
+    /// replicas have it, so a committed transaction's marker survives a
+    /// leader change.
+    pub(super) async fn write_marker_local(
+        &self,
+        key: PartitionKey,
+        batch: Bytes,
+        timeout_ms: u64,
+    ) -> Result<ProduceOutcome, OpError> {
+        self.leader_write(key, batch, -1, timeout_ms, None, true)
+            .await
+    }
+
     /// `produce_local`, refused unless this shard leads at `expected_epoch`
     /// when set (a group coordinator writes only under the leadership it
     /// loaded at).
@@ -32,6 +46,19 @@ impl Shard {
         acks: i16,
         timeout_ms: u64,
         expected_epoch: Option<LeaderEpoch>,
+    ) -> Result<ProduceOutcome, OpError> {
+        self.leader_write(key, batch, acks, timeout_ms, expected_epoch, false)
+            .await
+    }
+
+    async fn leader_write(
+        &self,
+        key: PartitionKey,
+        batch: Bytes,
+        acks: i16,
+        timeout_ms: u64,
+        expected_epoch: Option<LeaderEpoch>,
+        marker: bool,
     ) -> Result<ProduceOutcome, OpError> {
         // Records of a new leadership's epoch land only once the saved
         // history names it (`EpochSaver`); the role is read after the wait.
@@ -68,10 +95,15 @@ impl Shard {
             ));
         }
         let epoch = leader_epoch;
-        let info = replica
-            .log
-            .append_if(&batch, epoch, &|| replica.leads_at(epoch))
-            .await?;
+        let still_leads = || replica.leads_at(epoch);
+        let info = if marker {
+            replica
+                .log
+                .append_marker(&batch, epoch, &still_leads)
+                .await?
+        } else {
+            replica.log.append_if(&batch, epoch, &still_leads).await?
+        };
         if info.duplicate {
             // A producer's retry of a batch this log already holds: answer
             // as the original would have been, once it is as safe.

@@ -367,6 +367,7 @@ impl Client {
                 min_bytes: 1,
                 max_bytes: 64 << 20,
                 topics: Some(topics),
+                isolation_level: 0,
             },
         );
         fbb.finish_minimal(root);
@@ -428,6 +429,7 @@ impl Client {
                 min_bytes: 1,
                 max_bytes: 64 << 20,
                 topics: Some(topics),
+                isolation_level: 0,
             },
         );
         fbb.finish_minimal(root);

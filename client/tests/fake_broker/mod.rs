@@ -408,6 +408,8 @@ fn fetch(context: &ListenerContext, body: &[u8]) -> (Vec<u8>, Vec<u8>) {
                     records: Some(&records),
                     diverging_epoch: -1,
                     diverging_end_offset: -1,
+                    last_stable_offset: log.log_end_offset,
+                    aborted_transactions: None,
                 },
             ));
         }

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use protocol::record_batch::marker::{build_marker_batch, parse_marker, MarkerKind, TxnMarker};
+use protocol::record_batch::marker::{parse_marker, MarkerKind};
 use protocol::record_batch::{field, peek_total_bytes};
 use protocol::{BatchHeader, LeaderEpoch, Offset, RecordBatch, BATCH_HEADER_BYTES};
 
@@ -412,20 +412,18 @@ impl PartitionLog {
             .await
     }
 
-    /// Writes the marker that ends `producer_id`'s transaction here, as
-    /// leader at `leader_epoch`, if `still_leads` holds when it is staged.
-    /// Refused when the producer epoch or the coordinator epoch is older
-    /// than this partition has seen.
+    /// Appends a transaction marker (built by
+    /// `protocol::record_batch::marker::build_marker_batch`) as leader at
+    /// `leader_epoch`, if `still_leads` holds when it is staged. Refused
+    /// when the batch is no marker, or its producer epoch or coordinator
+    /// epoch is older than this partition has seen.
     pub async fn append_marker(
         &self,
-        producer_id: protocol::ProducerId,
-        producer_epoch: protocol::ProducerEpoch,
-        marker: TxnMarker,
+        batch: &[u8],
         leader_epoch: LeaderEpoch,
         still_leads: &dyn Fn() -> bool,
     ) -> LogResult<AppendInfo> {
-        let batch = build_marker_batch(producer_id, producer_epoch, marker, self.clock.now_ms());
-        self.append_with(&batch, Stamp::Marker(leader_epoch), Some(still_leads))
+        self.append_with(batch, Stamp::Marker(leader_epoch), Some(still_leads))
             .await
     }
 

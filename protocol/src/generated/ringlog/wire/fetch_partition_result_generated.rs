@@ -26,6 +26,8 @@ impl<'a> FetchPartitionResult<'a> {
   pub const VT_RECORDS: ::flatbuffers::VOffsetT = 14;
   pub const VT_DIVERGING_EPOCH: ::flatbuffers::VOffsetT = 16;
   pub const VT_DIVERGING_END_OFFSET: ::flatbuffers::VOffsetT = 18;
+  pub const VT_LAST_STABLE_OFFSET: ::flatbuffers::VOffsetT = 20;
+  pub const VT_ABORTED_TRANSACTIONS: ::flatbuffers::VOffsetT = 22;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -37,10 +39,12 @@ impl<'a> FetchPartitionResult<'a> {
     args: &'args FetchPartitionResultArgs<'args>
   ) -> ::flatbuffers::WIPOffset<FetchPartitionResult<'bldr>> {
     let mut builder = FetchPartitionResultBuilder::new(_fbb);
+    builder.add_last_stable_offset(args.last_stable_offset);
     builder.add_diverging_end_offset(args.diverging_end_offset);
     builder.add_log_end_offset(args.log_end_offset);
     builder.add_log_start_offset(args.log_start_offset);
     builder.add_high_watermark(args.high_watermark);
+    if let Some(x) = args.aborted_transactions { builder.add_aborted_transactions(x); }
     builder.add_diverging_epoch(args.diverging_epoch);
     if let Some(x) = args.records { builder.add_records(x); }
     builder.add_partition(args.partition);
@@ -105,6 +109,20 @@ impl<'a> FetchPartitionResult<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<i64>(FetchPartitionResult::VT_DIVERGING_END_OFFSET, Some(-1)).unwrap()}
   }
+  #[inline]
+  pub fn last_stable_offset(&self) -> i64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(FetchPartitionResult::VT_LAST_STABLE_OFFSET, Some(-1)).unwrap()}
+  }
+  #[inline]
+  pub fn aborted_transactions(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AbortedTransaction<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AbortedTransaction>>>>(FetchPartitionResult::VT_ABORTED_TRANSACTIONS, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for FetchPartitionResult<'_> {
@@ -121,6 +139,8 @@ impl ::flatbuffers::Verifiable for FetchPartitionResult<'_> {
      .visit_field::<ByteRange>("records", Self::VT_RECORDS, false)?
      .visit_field::<i32>("diverging_epoch", Self::VT_DIVERGING_EPOCH, false)?
      .visit_field::<i64>("diverging_end_offset", Self::VT_DIVERGING_END_OFFSET, false)?
+     .visit_field::<i64>("last_stable_offset", Self::VT_LAST_STABLE_OFFSET, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<AbortedTransaction>>>>("aborted_transactions", Self::VT_ABORTED_TRANSACTIONS, false)?
      .finish();
     Ok(())
   }
@@ -134,6 +154,8 @@ pub struct FetchPartitionResultArgs<'a> {
     pub records: Option<&'a ByteRange>,
     pub diverging_epoch: i32,
     pub diverging_end_offset: i64,
+    pub last_stable_offset: i64,
+    pub aborted_transactions: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AbortedTransaction<'a>>>>>,
 }
 impl<'a> Default for FetchPartitionResultArgs<'a> {
   #[inline]
@@ -147,6 +169,8 @@ impl<'a> Default for FetchPartitionResultArgs<'a> {
       records: None,
       diverging_epoch: -1,
       diverging_end_offset: -1,
+      last_stable_offset: -1,
+      aborted_transactions: None,
     }
   }
 }
@@ -189,6 +213,14 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FetchPartitionResultBuilder<'
     self.fbb_.push_slot::<i64>(FetchPartitionResult::VT_DIVERGING_END_OFFSET, diverging_end_offset, -1);
   }
   #[inline]
+  pub fn add_last_stable_offset(&mut self, last_stable_offset: i64) {
+    self.fbb_.push_slot::<i64>(FetchPartitionResult::VT_LAST_STABLE_OFFSET, last_stable_offset, -1);
+  }
+  #[inline]
+  pub fn add_aborted_transactions(&mut self, aborted_transactions: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<AbortedTransaction<'b >>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(FetchPartitionResult::VT_ABORTED_TRANSACTIONS, aborted_transactions);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> FetchPartitionResultBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     FetchPartitionResultBuilder {
@@ -214,6 +246,8 @@ impl ::core::fmt::Debug for FetchPartitionResult<'_> {
       ds.field("records", &self.records());
       ds.field("diverging_epoch", &self.diverging_epoch());
       ds.field("diverging_end_offset", &self.diverging_end_offset());
+      ds.field("last_stable_offset", &self.last_stable_offset());
+      ds.field("aborted_transactions", &self.aborted_transactions());
       ds.finish()
   }
 }

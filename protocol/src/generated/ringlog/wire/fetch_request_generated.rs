@@ -24,6 +24,7 @@ impl<'a> FetchRequest<'a> {
   pub const VT_MIN_BYTES: ::flatbuffers::VOffsetT = 10;
   pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 12;
   pub const VT_TOPICS: ::flatbuffers::VOffsetT = 14;
+  pub const VT_ISOLATION_LEVEL: ::flatbuffers::VOffsetT = 16;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -41,6 +42,7 @@ impl<'a> FetchRequest<'a> {
     builder.add_min_bytes(args.min_bytes);
     builder.add_max_wait_ms(args.max_wait_ms);
     builder.add_replica_id(args.replica_id);
+    builder.add_isolation_level(args.isolation_level);
     builder.finish()
   }
 
@@ -87,6 +89,13 @@ impl<'a> FetchRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<FetchTopic>>>>(FetchRequest::VT_TOPICS, None)}
   }
+  #[inline]
+  pub fn isolation_level(&self) -> u8 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u8>(FetchRequest::VT_ISOLATION_LEVEL, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for FetchRequest<'_> {
@@ -101,6 +110,7 @@ impl ::flatbuffers::Verifiable for FetchRequest<'_> {
      .visit_field::<i32>("min_bytes", Self::VT_MIN_BYTES, false)?
      .visit_field::<i32>("max_bytes", Self::VT_MAX_BYTES, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<FetchTopic>>>>("topics", Self::VT_TOPICS, false)?
+     .visit_field::<u8>("isolation_level", Self::VT_ISOLATION_LEVEL, false)?
      .finish();
     Ok(())
   }
@@ -112,6 +122,7 @@ pub struct FetchRequestArgs<'a> {
     pub min_bytes: i32,
     pub max_bytes: i32,
     pub topics: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<FetchTopic<'a>>>>>,
+    pub isolation_level: u8,
 }
 impl<'a> Default for FetchRequestArgs<'a> {
   #[inline]
@@ -123,6 +134,7 @@ impl<'a> Default for FetchRequestArgs<'a> {
       min_bytes: 1,
       max_bytes: 52428800,
       topics: None,
+      isolation_level: 0,
     }
   }
 }
@@ -157,6 +169,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FetchRequestBuilder<'a, 'b, A
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(FetchRequest::VT_TOPICS, topics);
   }
   #[inline]
+  pub fn add_isolation_level(&mut self, isolation_level: u8) {
+    self.fbb_.push_slot::<u8>(FetchRequest::VT_ISOLATION_LEVEL, isolation_level, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> FetchRequestBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     FetchRequestBuilder {
@@ -180,6 +196,7 @@ impl ::core::fmt::Debug for FetchRequest<'_> {
       ds.field("min_bytes", &self.min_bytes());
       ds.field("max_bytes", &self.max_bytes());
       ds.field("topics", &self.topics());
+      ds.field("isolation_level", &self.isolation_level());
       ds.finish()
   }
 }
