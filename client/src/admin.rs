@@ -306,6 +306,7 @@ impl Admin {
             topic,
             partitions,
             timestamp_ms,
+            IsolationLevel::ReadUncommitted,
             Duration::from_millis(ADMIN_RETRY_BACKOFF_MS),
         )
         .await

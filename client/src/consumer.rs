@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 
 use crate::accumulator::TopicPartition;
 use crate::cluster::Cluster;
-use crate::config::{ClientConfig, ConsumerConfig, OffsetReset};
+use crate::config::{ClientConfig, ConsumerConfig, IsolationLevel, OffsetReset};
 use crate::consumer_record::{decode_records, ConsumerRecord, DecodedRecords};
 use crate::error::{ClientError, Result};
 use crate::messages::{self, FetchEntry, FetchedPartition, TIMESTAMP_EARLIEST, TIMESTAMP_LATEST};
@@ -292,7 +292,8 @@ impl Consumer {
         state.check_invariants();
     }
 
-    /// The log end offset of each partition (ListOffsets latest).
+    /// Where each partition's readable records end (ListOffsets latest): the
+    /// high watermark, or the last stable offset under read_committed.
     pub async fn end_offsets(&self, topic: &str, partitions: &[i32]) -> Result<BTreeMap<i32, i64>> {
         self.list_offsets(topic, partitions, TIMESTAMP_LATEST).await
     }
@@ -320,6 +321,7 @@ impl Consumer {
             topic,
             partitions,
             timestamp_ms,
+            self.config.isolation_level,
             self.config_retry_backoff(),
         )
         .await
@@ -591,6 +593,7 @@ pub(crate) async fn list_offsets(
     topic: &str,
     partitions: &[i32],
     timestamp_ms: i64,
+    isolation: IsolationLevel,
     retry_backoff: Duration,
 ) -> Result<BTreeMap<i32, i64>> {
     let mut found = BTreeMap::new();
@@ -608,7 +611,16 @@ pub(crate) async fn list_offsets(
             tokio::time::sleep(retry_backoff).await;
             cluster.refresh_metadata().await?;
         }
-        match list_offsets_once(cluster, topic, &missing, timestamp_ms, &mut found).await {
+        match list_offsets_once(
+            cluster,
+            topic,
+            &missing,
+            timestamp_ms,
+            isolation,
+            &mut found,
+        )
+        .await
+        {
             Ok(()) => {}
             Err(error) if error.is_retriable() => last_error = Some(error),
             Err(error) => return Err(error),
@@ -622,6 +634,7 @@ async fn list_offsets_once(
     topic: &str,
     partitions: &[i32],
     timestamp_ms: i64,
+    isolation: IsolationLevel,
     found: &mut BTreeMap<i32, i64>,
 ) -> Result<()> {
     let metadata = cluster.metadata();
@@ -635,7 +648,7 @@ async fn list_offsets_once(
     }
     let mut first_error = None;
     for (address, entries) in by_address {
-        let body = messages::list_offsets_request(topic, &entries);
+        let body = messages::list_offsets_request(topic, &entries, isolation);
         let response = cluster
             .request_to(&address, ApiKey::ListOffsets, &body, &[])
             .await?;

@@ -509,7 +509,11 @@ pub const TIMESTAMP_EARLIEST: i64 = -2;
 /// Asks for the log end offset.
 pub const TIMESTAMP_LATEST: i64 = -1;
 
-pub fn list_offsets_request(topic: &str, partitions: &[(i32, i64)]) -> Vec<u8> {
+pub fn list_offsets_request(
+    topic: &str,
+    partitions: &[(i32, i64)],
+    isolation: IsolationLevel,
+) -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
     let entries: Vec<_> = partitions
         .iter()
@@ -528,8 +532,13 @@ pub fn list_offsets_request(topic: &str, partitions: &[(i32, i64)]) -> Vec<u8> {
     let topic =
         wire::ListOffsetsTopic::create(&mut fbb, &wire::ListOffsetsTopicArgs { name, partitions });
     let topics = Some(fbb.create_vector(&[topic]));
-    let request =
-        wire::ListOffsetsRequest::create(&mut fbb, &wire::ListOffsetsRequestArgs { topics });
+    let request = wire::ListOffsetsRequest::create(
+        &mut fbb,
+        &wire::ListOffsetsRequestArgs {
+            topics,
+            isolation_level: isolation.wire(),
+        },
+    );
     finish(fbb, request)
 }
 

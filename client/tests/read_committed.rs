@@ -129,6 +129,33 @@ async fn fetch_committed(cluster: &Cluster) -> messages::FetchedPartition {
         .remove(0)
 }
 
+async fn end_offset(bootstrap: &str, isolation: IsolationLevel) -> i64 {
+    let config = ConsumerConfig {
+        isolation_level: isolation,
+        ..ConsumerConfig::default()
+    };
+    let consumer = Consumer::connect(bootstrap, client_config(), config)
+        .await
+        .unwrap();
+    consumer.end_offsets(TOPIC, &[0]).await.unwrap()[&0]
+}
+
+/// What `ringlog consume --until-end --isolation LEVEL` prints, one line
+/// per record, joined by spaces.
+fn cli_consume(bootstrap: &str, isolation: &str) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ringlog"))
+        .args(["--bootstrap", bootstrap, "consume", TOPIC, "--until-end"])
+        .args(["--isolation", isolation])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Values read from the start until `offset` is reached or `quiet` passes
 /// with nothing new; and the position reached.
 async fn read(bootstrap: &str, isolation: IsolationLevel, until: i64) -> (Vec<String>, i64) {
@@ -204,12 +231,29 @@ async fn read_committed_skips_aborted_and_waits_for_open_transactions() {
     assert_eq!(position, 2, "stopped at the last stable offset");
     let (values, _) = read(&bootstrap, IsolationLevel::ReadUncommitted, 7).await;
     assert_eq!(values, ["a0", "a1", "b0", "a2", "p0", "p1"]);
+    assert_eq!(
+        end_offset(&bootstrap, IsolationLevel::ReadCommitted).await,
+        2
+    );
+    assert_eq!(
+        end_offset(&bootstrap, IsolationLevel::ReadUncommitted).await,
+        7
+    );
+    assert_eq!(
+        cli_consume(&bootstrap, "read-uncommitted"),
+        "a0 a1 b0 a2 p0 p1"
+    );
 
     end_transaction(&cluster, b, true).await; // offset 7
     let expected_committed = ["b0", "p0", "p1"];
     let (values, position) = read(&bootstrap, IsolationLevel::ReadCommitted, 8).await;
     assert_eq!(values, expected_committed);
     assert_eq!(position, 8, "past both markers");
+    assert_eq!(
+        end_offset(&bootstrap, IsolationLevel::ReadCommitted).await,
+        8
+    );
+    assert_eq!(cli_consume(&bootstrap, "read-committed"), "b0 p0 p1");
 
     // Judge from disk: kill -9, restart, read again; verify the files.
     broker.kill9();

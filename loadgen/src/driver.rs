@@ -564,7 +564,11 @@ async fn latest_offset(
     partition: i32,
 ) -> Result<Result<i64, ErrorCode>, client::ClientError> {
     let connection = cluster.leader_connection(topic, partition).await?;
-    let body = messages::list_offsets_request(topic, &[(partition, messages::TIMESTAMP_LATEST)]);
+    let body = messages::list_offsets_request(
+        topic,
+        &[(partition, messages::TIMESTAMP_LATEST)],
+        IsolationLevel::ReadUncommitted,
+    );
     let response = connection.request(ApiKey::ListOffsets, &body, &[]).await?;
     let answer = messages::list_offsets_response(response.body(), topic)?
         .into_iter()

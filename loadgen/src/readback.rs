@@ -113,7 +113,11 @@ async fn list_offset(
     timestamp_ms: i64,
 ) -> anyhow::Result<i64> {
     let connection = cluster.leader_connection(topic, partition).await?;
-    let body = messages::list_offsets_request(topic, &[(partition, timestamp_ms)]);
+    let body = messages::list_offsets_request(
+        topic,
+        &[(partition, timestamp_ms)],
+        IsolationLevel::ReadUncommitted,
+    );
     let response = connection.request(ApiKey::ListOffsets, &body, &[]).await?;
     match messages::list_offsets_response(response.body(), topic)?.as_slice() {
         [(_, ErrorCode::None, offset)] => Ok(*offset),

@@ -8,13 +8,14 @@ use protocol::{wire, ErrorCode};
 
 use super::{finish, parse, HandlerResult, Reply};
 use crate::partition::PartitionKey;
-use crate::shard::{OpError, Shard, ShardOp, ShardReply};
+use crate::shard::{Isolation, OpError, Shard, ShardOp, ShardReply};
 
 /// Partitions in one request.
 pub const LIST_OFFSETS_PARTITIONS_MAX: usize = 10_000;
 
 pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
     let request = parse::<wire::ListOffsetsRequest>(body)?;
+    let isolation = Isolation::from_wire(request.isolation_level());
     let mut fbb = FlatBufferBuilder::new();
     let mut topics = Vec::new();
     let mut count = 0;
@@ -40,6 +41,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
                                 partition: index,
                             },
                             timestamp_ms: partition.timestamp_ms(),
+                            isolation,
                         },
                     )
                     .await

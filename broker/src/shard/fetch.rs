@@ -168,12 +168,17 @@ impl Shard {
         &self,
         key: &PartitionKey,
         timestamp_ms: i64,
+        isolation: Isolation,
     ) -> Result<Offset, OpError> {
         let (replica, _) = self.leader_replica(key)?;
+        let hw = Offset(replica.high_watermark.get()).min(replica.log.log_end_offset());
         match timestamp_ms {
             -2 => Ok(replica.log.log_start_offset()),
             // The latest offset a consumer can read up to.
-            -1 => Ok(Offset(replica.high_watermark.get()).min(replica.log.log_end_offset())),
+            -1 => Ok(match isolation {
+                Isolation::ReadUncommitted => hw,
+                Isolation::ReadCommitted => replica.log.last_stable_offset(hw),
+            }),
             ts if ts < 0 => Err(OpError::new(
                 ErrorCode::InvalidRequest,
                 format!("timestamp {ts} is not -2, -1 or a time"),

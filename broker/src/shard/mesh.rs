@@ -127,6 +127,7 @@ pub enum ShardOp {
     ListOffset {
         key: PartitionKey,
         timestamp_ms: i64,
+        isolation: Isolation,
     },
     Describe {
         key: PartitionKey,
@@ -333,8 +334,12 @@ impl Shard {
             ShardOp::AlterIsr(request) => {
                 ShardReply::AlterIsr(super::controller_link::alter_isr(self, request).await)
             }
-            ShardOp::ListOffset { key, timestamp_ms } => {
-                ShardReply::ListOffset(self.list_offset_local(&key, timestamp_ms).await)
+            ShardOp::ListOffset {
+                key,
+                timestamp_ms,
+                isolation,
+            } => {
+                ShardReply::ListOffset(self.list_offset_local(&key, timestamp_ms, isolation).await)
             }
             ShardOp::Describe { key } => ShardReply::Describe(self.describe_local(&key)),
             ShardOp::CreateTopics(specs) => ShardReply::Admin(self.create_topics(specs).await),

@@ -464,6 +464,7 @@ impl Client {
             &mut fbb,
             &wire::ListOffsetsRequestArgs {
                 topics: Some(topics),
+                isolation_level: 0,
             },
         );
         fbb.finish_minimal(root);

@@ -14,8 +14,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use client::messages;
 use client::{
     Acks, Admin, ClientConfig, Cluster, Compression, Consumer, ConsumerConfig, ConsumerRecord,
-    DeliveryFuture, GroupConfig, GroupConsumer, GroupDescription, OffsetReset, Producer,
-    ProducerConfig, ProducerRecord, ResetTo, SeekTo,
+    DeliveryFuture, GroupConfig, GroupConsumer, GroupDescription, IsolationLevel, OffsetReset,
+    Producer, ProducerConfig, ProducerRecord, ResetTo, SeekTo,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::mpsc;
@@ -143,6 +143,21 @@ enum AcksArg {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+enum IsolationArg {
+    ReadCommitted,
+    ReadUncommitted,
+}
+
+impl IsolationArg {
+    fn level(self) -> IsolationLevel {
+        match self {
+            IsolationArg::ReadCommitted => IsolationLevel::ReadCommitted,
+            IsolationArg::ReadUncommitted => IsolationLevel::ReadUncommitted,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum CompressionArg {
     None,
     Zstd,
@@ -207,6 +222,11 @@ struct ConsumeArgs {
     /// empty one.
     #[arg(long, default_value = "<null>")]
     null_text: String,
+    /// read-committed: records of committed transactions and plain records
+    /// only, up to the last stable offset; read-uncommitted: every record
+    /// below the high watermark, open and aborted transactions included.
+    #[arg(long, value_enum, default_value = "read-committed")]
+    isolation: IsolationArg,
 }
 
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
@@ -547,7 +567,11 @@ fn split_key(line: &[u8], separator: Option<&str>) -> (Option<Bytes>, Bytes) {
 }
 
 async fn consume(cluster: Cluster, args: ConsumeArgs) -> anyhow::Result<()> {
-    let mut consumer = Consumer::new(cluster, ConsumerConfig::default())?;
+    let config = ConsumerConfig {
+        isolation_level: args.isolation.level(),
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(cluster, config)?;
     let only = args.partition.map(|p| [p]);
     let partitions = consumer
         .assign(&args.topic, only.as_ref().map(|p| &p[..]))
@@ -739,6 +763,7 @@ async fn consume_group(cluster: Cluster, args: ConsumeArgs, group: String) -> an
     };
     let mut config = GroupConfig::new(group.clone());
     config.consumer.offset_reset = offset_reset;
+    config.consumer.isolation_level = args.isolation.level();
     config.instance_id = args.instance_id.clone();
     if let Some(session_timeout_ms) = args.session_timeout_ms {
         config.session_timeout_ms = session_timeout_ms;
@@ -756,7 +781,7 @@ async fn consume_group(cluster: Cluster, args: ConsumeArgs, group: String) -> an
             .iter()
             .map(|p| p.partition)
             .collect();
-        let lookup = Consumer::new(cluster.clone(), ConsumerConfig::default())?;
+        let lookup = Consumer::new(cluster.clone(), config.consumer.clone())?;
         Some(lookup.end_offsets(&args.topic, &partitions).await?)
     } else {
         None

@@ -19,6 +19,7 @@ impl<'a> ::flatbuffers::Follow<'a> for ListOffsetsRequest<'a> {
 
 impl<'a> ListOffsetsRequest<'a> {
   pub const VT_TOPICS: ::flatbuffers::VOffsetT = 4;
+  pub const VT_ISOLATION_LEVEL: ::flatbuffers::VOffsetT = 6;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -31,6 +32,7 @@ impl<'a> ListOffsetsRequest<'a> {
   ) -> ::flatbuffers::WIPOffset<ListOffsetsRequest<'bldr>> {
     let mut builder = ListOffsetsRequestBuilder::new(_fbb);
     if let Some(x) = args.topics { builder.add_topics(x); }
+    builder.add_isolation_level(args.isolation_level);
     builder.finish()
   }
 
@@ -42,6 +44,13 @@ impl<'a> ListOffsetsRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ListOffsetsTopic>>>>(ListOffsetsRequest::VT_TOPICS, None)}
   }
+  #[inline]
+  pub fn isolation_level(&self) -> u8 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u8>(ListOffsetsRequest::VT_ISOLATION_LEVEL, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for ListOffsetsRequest<'_> {
@@ -51,18 +60,21 @@ impl ::flatbuffers::Verifiable for ListOffsetsRequest<'_> {
   ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
     v.visit_table(pos)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<ListOffsetsTopic>>>>("topics", Self::VT_TOPICS, false)?
+     .visit_field::<u8>("isolation_level", Self::VT_ISOLATION_LEVEL, false)?
      .finish();
     Ok(())
   }
 }
 pub struct ListOffsetsRequestArgs<'a> {
     pub topics: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ListOffsetsTopic<'a>>>>>,
+    pub isolation_level: u8,
 }
 impl<'a> Default for ListOffsetsRequestArgs<'a> {
   #[inline]
   fn default() -> Self {
     ListOffsetsRequestArgs {
       topics: None,
+      isolation_level: 0,
     }
   }
 }
@@ -75,6 +87,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ListOffsetsRequestBuilder<'a,
   #[inline]
   pub fn add_topics(&mut self, topics: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<ListOffsetsTopic<'b >>>>) {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(ListOffsetsRequest::VT_TOPICS, topics);
+  }
+  #[inline]
+  pub fn add_isolation_level(&mut self, isolation_level: u8) {
+    self.fbb_.push_slot::<u8>(ListOffsetsRequest::VT_ISOLATION_LEVEL, isolation_level, 0);
   }
   #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> ListOffsetsRequestBuilder<'a, 'b, A> {
@@ -95,6 +111,7 @@ impl ::core::fmt::Debug for ListOffsetsRequest<'_> {
   fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
     let mut ds = f.debug_struct("ListOffsetsRequest");
       ds.field("topics", &self.topics());
+      ds.field("isolation_level", &self.isolation_level());
       ds.finish()
   }
 }
