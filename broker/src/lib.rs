@@ -16,3 +16,4 @@ pub mod replication;
 pub mod runtime;
 pub mod server;
 pub mod shard;
+pub mod txn;

@@ -79,10 +79,19 @@ pub enum ErrorCode {
     /// A transaction marker from a coordinator older than the one this
     /// partition last heard: that coordinator lost its role.
     TransactionCoordinatorFenced = 40,
+    /// The transaction is being committed or aborted: retry shortly.
+    ConcurrentTransactions = 41,
+    /// Another producer instance took the transactional id over (a newer
+    /// epoch): this one must stop.
+    ProducerFenced = 42,
+    /// The producer id does not match the transactional id's.
+    InvalidProducerIdMapping = 43,
+    /// The transaction timeout is outside the coordinator's bounds.
+    InvalidTransactionTimeout = 44,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 41] = [
+    const ALL: [ErrorCode; 45] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -124,6 +133,10 @@ impl ErrorCode {
         ErrorCode::InvalidProducerEpoch,
         ErrorCode::InvalidTxnState,
         ErrorCode::TransactionCoordinatorFenced,
+        ErrorCode::ConcurrentTransactions,
+        ErrorCode::ProducerFenced,
+        ErrorCode::InvalidProducerIdMapping,
+        ErrorCode::InvalidTransactionTimeout,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -157,6 +170,7 @@ impl ErrorCode {
                 | ErrorCode::NotCoordinator
                 | ErrorCode::CoordinatorLoadInProgress
                 | ErrorCode::CoordinatorNotAvailable
+                | ErrorCode::ConcurrentTransactions
         )
     }
 
@@ -203,6 +217,10 @@ impl ErrorCode {
             ErrorCode::InvalidProducerEpoch => "INVALID_PRODUCER_EPOCH",
             ErrorCode::InvalidTxnState => "INVALID_TXN_STATE",
             ErrorCode::TransactionCoordinatorFenced => "TRANSACTION_COORDINATOR_FENCED",
+            ErrorCode::ConcurrentTransactions => "CONCURRENT_TRANSACTIONS",
+            ErrorCode::ProducerFenced => "PRODUCER_FENCED",
+            ErrorCode::InvalidProducerIdMapping => "INVALID_PRODUCER_ID_MAPPING",
+            ErrorCode::InvalidTransactionTimeout => "INVALID_TRANSACTION_TIMEOUT",
         }
     }
 }
