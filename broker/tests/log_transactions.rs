@@ -335,3 +335,127 @@ fn an_abort_in_a_rolled_segment_survives_a_crash_and_a_lost_index_file() {
         log.close().await.unwrap();
     });
 }
+
+/// A keyed batch of one record `key=value` from `producer`.
+fn keyed(producer: u8, sequence: i32, transactional: bool, key: &str, value: &str) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(Compression::None).transactional(transactional);
+    let padded = format!("{value}:{}", "p".repeat(400));
+    builder.push(&Record {
+        timestamp_ms: 1_000,
+        key: Some(key.as_bytes()),
+        value: Some(padded.as_bytes()),
+        headers: &[],
+    });
+    let mut bytes = builder.build().unwrap();
+    stamp_producer(
+        &mut bytes,
+        producer_id(producer),
+        ProducerEpoch(0),
+        Sequence(sequence),
+    );
+    bytes
+}
+
+#[test]
+fn compaction_drops_aborted_values_and_leaves_open_transactions_alone() {
+    // Proves a compacted log keeps a key's committed value when a later
+    // aborted transaction wrote the same key (the aborted record goes, its
+    // marker stays), and cleans nothing at or past the last stable offset,
+    // so an open transaction's value cannot displace a committed one.
+    use broker::log::{CleanRequest, CleanupPolicy};
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let config = LogConfig {
+            cleanup_policy: CleanupPolicy::COMPACT,
+            min_cleanable_dirty_ratio_permille: 0,
+            min_compaction_lag_ms: 0,
+            ..config()
+        };
+        let log = open(dir.path(), config.clone(), &clock).await;
+        let abort = TxnMarker {
+            kind: MarkerKind::Abort,
+            coordinator_epoch: 0,
+        };
+        let commit = TxnMarker {
+            kind: MarkerKind::Commit,
+            ..abort
+        };
+        // 0: committed k=v1 (producer 0); 2: aborted k=v2 (producer 1).
+        log.append(&keyed(0, 0, true, "k", "v1"), LEADER_EPOCH)
+            .await
+            .unwrap();
+        append_marker(&log, 0, commit).await;
+        log.append(&keyed(1, 0, true, "k", "v2"), LEADER_EPOCH)
+            .await
+            .unwrap();
+        append_marker(&log, 1, abort).await;
+        // Filler so segments roll, then an open k=v3 (producer 2), then
+        // more filler so v3's segment is sealed too.
+        let mut sequence = 1;
+        for _ in 0..20 {
+            log.append(
+                &keyed(0, sequence, false, &format!("f{sequence}"), "x"),
+                LEADER_EPOCH,
+            )
+            .await
+            .unwrap();
+            sequence += 1;
+        }
+        let open_at = log
+            .append(&keyed(2, 0, true, "k", "v3"), LEADER_EPOCH)
+            .await
+            .unwrap()
+            .base_offset;
+        for _ in 0..20 {
+            log.append(
+                &keyed(0, sequence, false, &format!("f{sequence}"), "x"),
+                LEADER_EPOCH,
+            )
+            .await
+            .unwrap();
+            sequence += 1;
+        }
+        assert!(log.segment_count() > 4);
+        let end = log.log_end_offset();
+        assert_eq!(log.last_stable_offset(end), open_at);
+        let request = CleanRequest {
+            end_limit: end,
+            map_memory_bytes: 1 << 20,
+            io_bytes_per_sec_max: 0,
+            zstd_level: 1,
+            stop_swap_after: None,
+        };
+        log.flush().await.unwrap();
+        let report = log.clean(&request).await.unwrap();
+        assert!(report.records_removed > 0, "{report:?}");
+        let values = |stored: Vec<(protocol::BatchHeader, Vec<StoredRecord>)>| -> Vec<String> {
+            stored
+                .into_iter()
+                .flat_map(|(_, records)| records)
+                .filter(|r| r.key.as_deref() == Some(b"k"))
+                .map(|r| {
+                    let v = String::from_utf8(r.value.unwrap()).unwrap();
+                    v.split(':').next().unwrap().to_owned()
+                })
+                .collect()
+        };
+        assert_eq!(
+            values(read_stored(&log, 1 << 20).await),
+            ["v1", "v3"],
+            "the aborted v2 is gone; v1 stays while v3's transaction is open"
+        );
+        // The markers are still there.
+        let markers = read_stored(&log, 1 << 20)
+            .await
+            .iter()
+            .filter(|(h, _)| h.is_control())
+            .count();
+        assert_eq!(markers, 2);
+        log.close().await.unwrap();
+        drop(log);
+        let log = open(dir.path(), config, &clock).await;
+        assert_eq!(values(read_stored(&log, 1 << 20).await), ["v1", "v3"]);
+        log.close().await.unwrap();
+    });
+}

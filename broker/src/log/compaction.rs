@@ -7,9 +7,10 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-use protocol::Offset;
+use protocol::{BatchHeader, Offset, ProducerId};
 
 use super::config::LogConfig;
+use super::txn_index::AbortedTxn;
 
 /// Bytes one key map entry costs, hash table overhead included; the cleaner's
 /// memory budget divided by this bounds the entries of one pass.
@@ -208,6 +209,42 @@ pub struct RecordView {
     pub key: Option<KeyHash>,
     pub tombstone: bool,
     pub timestamp_ms: i64,
+}
+
+/// The aborted transactions a pass must drop: a transactional batch of a
+/// producer inside one of its aborted ranges (first batch to abort marker)
+/// is never a key's latest value and is removed from the log, as Kafka's
+/// cleaner does; its marker stays.
+#[derive(Clone, Debug, Default)]
+pub struct AbortedRanges {
+    by_producer: HashMap<ProducerId, Vec<(Offset, Offset)>>,
+}
+
+impl AbortedRanges {
+    pub fn new(aborted: &[AbortedTxn]) -> AbortedRanges {
+        let mut by_producer: HashMap<ProducerId, Vec<(Offset, Offset)>> = HashMap::new();
+        for t in aborted {
+            by_producer
+                .entry(t.producer_id)
+                .or_default()
+                .push((t.first_offset, t.last_offset));
+        }
+        AbortedRanges { by_producer }
+    }
+
+    /// Whether the batch is data of an aborted transaction.
+    pub fn is_aborted(&self, header: &BatchHeader) -> bool {
+        if !header.is_transactional() || header.is_control() {
+            return false;
+        }
+        self.by_producer
+            .get(&header.producer_id)
+            .is_some_and(|ranges| {
+                ranges
+                    .iter()
+                    .any(|(first, last)| *first <= header.base_offset && header.base_offset < *last)
+            })
+    }
 }
 
 /// What a pass knows when it decides each record's fate.

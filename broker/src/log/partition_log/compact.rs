@@ -13,7 +13,7 @@ use protocol::{Offset, RecordBatch};
 
 use super::PartitionLog;
 use crate::log::compaction::{
-    self, CleanPlan, KeepRule, KeyHash, OffsetMap, RecordView, SegmentView,
+    self, AbortedRanges, CleanPlan, KeepRule, KeyHash, OffsetMap, RecordView, SegmentView,
 };
 use crate::log::config::STORED_BATCH_BYTES_MAX;
 use crate::log::error::{LogError, LogResult};
@@ -24,6 +24,14 @@ use crate::log::segment::{
 };
 use crate::log::swap::{self, staged_path, SwapStep, CLEANED_SUFFIX};
 use crate::runtime::{self, AlignedBuffer, DirectFile, DIRECT_IO_ALIGNMENT_BYTES};
+
+/// How a pass decides each record's fate: the key map, the keep rule and
+/// the aborted transactions to drop.
+struct Decisions<'a> {
+    map: &'a OffsetMap,
+    keep: KeepRule,
+    aborted: &'a AbortedRanges,
+}
 
 /// What a pass may do.
 #[derive(Clone, Copy, Debug)]
@@ -184,6 +192,14 @@ impl PartitionLog {
 
     /// Runs one compaction pass if the log is worth cleaning now.
     pub async fn clean(&self, request: &CleanRequest) -> LogResult<CleanReport> {
+        // Records of a transaction not yet stably ended are never cleaned:
+        // whether they count is not decided yet.
+        let request = &CleanRequest {
+            end_limit: self.last_stable_offset(request.end_limit),
+            ..*request
+        };
+        let aborted =
+            AbortedRanges::new(&self.aborted_transactions(Offset::ZERO, request.end_limit));
         let now_ms = self.clock.now_ms();
         let views = self.segment_views();
         let cleaned_to = self.state.borrow().cleaned_to;
@@ -205,18 +221,29 @@ impl PartitionLog {
         };
         let mut map = OffsetMap::with_memory_bytes(request.map_memory_bytes);
         let Some(map_end) = self
-            .build_map(&views, &plan, &mut map, &mut throttle, &mut report)
+            .build_map(
+                &views,
+                &plan,
+                &aborted,
+                &mut map,
+                &mut throttle,
+                &mut report,
+            )
             .await?
         else {
             report.abandoned = true;
             return Ok(report);
         };
         report.map_end = map_end;
-        let rule = KeepRule {
-            map_end,
-            dirty_start: plan.dirty_start,
-            delete_retention_ms: self.config().delete_retention_ms,
-            now_ms,
+        let rule = Decisions {
+            map: &map,
+            keep: KeepRule {
+                map_end,
+                dirty_start: plan.dirty_start,
+                delete_retention_ms: self.config().delete_retention_ms,
+                now_ms,
+            },
+            aborted: &aborted,
         };
         let rewritten: Vec<SegmentView> = views
             .iter()
@@ -226,7 +253,7 @@ impl PartitionLog {
         for group in compaction::group_segments(&rewritten, self.config().segment_size_bytes) {
             let sources = &rewritten[group];
             let outcome = self
-                .clean_group(sources, &map, &rule, request, &mut throttle, &mut report)
+                .clean_group(sources, &rule, request, &mut throttle, &mut report)
                 .await?;
             match outcome {
                 GroupOutcome::Unchanged => {}
@@ -269,6 +296,7 @@ impl PartitionLog {
         &self,
         views: &[SegmentView],
         plan: &CleanPlan,
+        aborted: &AbortedRanges,
         map: &mut OffsetMap,
         throttle: &mut Throttle,
         report: &mut CleanReport,
@@ -287,7 +315,10 @@ impl PartitionLog {
             {
                 let header = batch.header;
                 report.bytes_read += header.total_bytes() as u64;
-                if header.next_offset() <= plan.dirty_start || header.is_control() {
+                if header.next_offset() <= plan.dirty_start
+                    || header.is_control()
+                    || aborted.is_aborted(&header)
+                {
                     continue;
                 }
                 let parsed = RecordBatch::parse(scanner.last_bytes(), STORED_BATCH_BYTES_MAX)
@@ -316,8 +347,7 @@ impl PartitionLog {
     async fn clean_group(
         &self,
         sources: &[SegmentView],
-        map: &OffsetMap,
-        rule: &KeepRule,
+        rule: &Decisions<'_>,
         request: &CleanRequest,
         throttle: &mut Throttle,
         report: &mut CleanReport,
@@ -325,7 +355,7 @@ impl PartitionLog {
         let base = sources[0].base;
         let cleaned_log = staged_path(&self.dir, base, LOG_SUFFIX, CLEANED_SUFFIX);
         let result = self
-            .write_group(sources, map, rule, request, throttle, report, &cleaned_log)
+            .write_group(sources, rule, request, throttle, report, &cleaned_log)
             .await;
         let segment = match result {
             Ok(Some(segment)) => segment,
@@ -423,8 +453,7 @@ impl PartitionLog {
     async fn write_group(
         &self,
         sources: &[SegmentView],
-        map: &OffsetMap,
-        rule: &KeepRule,
+        rule: &Decisions<'_>,
         request: &CleanRequest,
         throttle: &mut Throttle,
         report: &mut CleanReport,
@@ -464,6 +493,7 @@ impl PartitionLog {
                 let header = batch.header;
                 let bytes = scanner.last_bytes();
                 report.bytes_read += bytes.len() as u64;
+                let aborted = rule.aborted.is_aborted(&header);
                 let retained = if header.is_control() {
                     Retained::All
                 } else {
@@ -474,15 +504,16 @@ impl PartitionLog {
                         self.config().decompressed_bytes_max,
                         request.zstd_level,
                         |r| {
-                            rule.keep(
-                                map,
-                                &RecordView {
-                                    offset: r.offset,
-                                    key: r.key.map(KeyHash::of),
-                                    tombstone: r.value.is_none(),
-                                    timestamp_ms: r.timestamp_ms,
-                                },
-                            )
+                            !aborted
+                                && rule.keep.keep(
+                                    rule.map,
+                                    &RecordView {
+                                        offset: r.offset,
+                                        key: r.key.map(KeyHash::of),
+                                        tombstone: r.value.is_none(),
+                                        timestamp_ms: r.timestamp_ms,
+                                    },
+                                )
                         },
                     )
                     .map_err(|e| self.corrupt(view.base, batch.position, e.to_string()))?
