@@ -66,18 +66,11 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 
 fn config() -> LogConfig {
     LogConfig {
-        segment_size_bytes: 4096,
-        index_interval_bytes: 256,
-        write_chunk_bytes: 4096,
-        unwritten_bytes_max: (1 << 20) + 4096,
-        batch_bytes_max: 1 << 20,
-        retention_ms: None,
-        flush_policy: FlushPolicy::None,
         cleanup_policy: CleanupPolicy::COMPACT,
         min_cleanable_dirty_ratio_permille: 0,
         min_compaction_lag_ms: LAG_MS,
         delete_retention_ms: DELETE_RETENTION_MS,
-        ..LogConfig::default()
+        ..small_segments(FlushPolicy::None)
     }
 }
 

@@ -51,16 +51,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_size_bytes: 4096,
-        index_interval_bytes: 256,
-        write_chunk_bytes: 4096,
-        unwritten_bytes_max: (1 << 20) + 4096,
-        batch_bytes_max: 1 << 20,
-        retention_ms: None,
-        flush_policy: FlushPolicy::Always,
-        ..LogConfig::default()
-    }
+    small_segments(FlushPolicy::Always)
 }
 
 /// One batch a producer sent, as the model remembers it.

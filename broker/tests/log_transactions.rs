@@ -45,16 +45,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_size_bytes: 4096,
-        index_interval_bytes: 256,
-        write_chunk_bytes: 4096,
-        unwritten_bytes_max: (1 << 20) + 4096,
-        batch_bytes_max: 1 << 20,
-        retention_ms: None,
-        flush_policy: FlushPolicy::Always,
-        ..LogConfig::default()
-    }
+    small_segments(FlushPolicy::Always)
 }
 
 fn producer_id(producer: u8) -> ProducerId {
@@ -122,6 +113,11 @@ fn data_batch(producer: u8, sequence: i32, count: u8, transactional: bool, tag: 
             headers: &[],
         });
     }
+    stamped(builder, producer, sequence)
+}
+
+/// Builds the batch and stamps it as `producer`'s (epoch 0) from `sequence`.
+fn stamped(builder: BatchBuilder, producer: u8, sequence: i32) -> Vec<u8> {
     let mut bytes = builder.build().unwrap();
     stamp_producer(
         &mut bytes,
@@ -346,14 +342,7 @@ fn keyed(producer: u8, sequence: i32, transactional: bool, key: &str, value: &st
         value: Some(padded.as_bytes()),
         headers: &[],
     });
-    let mut bytes = builder.build().unwrap();
-    stamp_producer(
-        &mut bytes,
-        producer_id(producer),
-        ProducerEpoch(0),
-        Sequence(sequence),
-    );
-    bytes
+    stamped(builder, producer, sequence)
 }
 
 #[test]
@@ -456,6 +445,38 @@ fn compaction_drops_aborted_values_and_leaves_open_transactions_alone() {
         drop(log);
         let log = open(dir.path(), config, &clock).await;
         assert_eq!(values(read_stored(&log, 1 << 20).await), ["v1", "v3"]);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn transactions_open_too_long_are_reported_until_a_marker_ends_them() {
+    // Proves the leader's backstop sees a transaction only once it has been
+    // open longer than the bound, counted from when this replica first saw
+    // it, and forgets it once ended.
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let log = open(dir.path(), config(), &clock).await;
+        log.append(&data_batch(1, 0, 1, true, 1), LEADER_EPOCH)
+            .await
+            .unwrap();
+        assert!(log.hanging_transactions(10_000, 5_000).is_empty());
+        assert!(log.hanging_transactions(15_000, 5_000).is_empty());
+        assert_eq!(
+            log.hanging_transactions(15_001, 5_000),
+            [(producer_id(1), ProducerEpoch(0), 0)]
+        );
+        let abort = TxnMarker {
+            kind: MarkerKind::Abort,
+            coordinator_epoch: 0,
+        };
+        append_marker(&log, 1, abort).await;
+        assert!(log.hanging_transactions(100_000, 5_000).is_empty());
+        assert_eq!(
+            log.last_stable_offset(log.log_end_offset()),
+            log.log_end_offset()
+        );
         log.close().await.unwrap();
     });
 }

@@ -262,7 +262,10 @@ impl ProducerStateTable {
             entry.batches.clear();
         }
         entry.last_timestamp_ms = entry.last_timestamp_ms.max(header.max_timestamp_ms);
-        if let (true, Some(marker)) = (header.is_control(), marker) {
+        if header.is_control() {
+            // A control batch never opens a transaction; one that is no
+            // readable marker ends nothing.
+            let marker = marker?;
             entry.coordinator_epoch = entry.coordinator_epoch.max(marker.coordinator_epoch);
             let first = entry.txn_first_offset.take()?;
             self.ongoing.remove(&(first, header.producer_id));

@@ -72,14 +72,15 @@ impl Shard {
                 ));
                 return outcome;
             }
-            let records = if offset >= limit {
-                Chunks::default()
+            // The records, and the offset after the last returned batch.
+            let (records, records_end) = if offset >= limit {
+                (Chunks::default(), offset)
             } else {
                 let cached = self.cache.borrow().read(key, offset, max_bytes, limit);
                 match cached {
-                    Some((bytes, _)) => bytes,
+                    Some(found) => found,
                     None => match replica.log.read(offset, max_bytes, limit).await {
-                        Ok(fetched) => Chunks::from(fetched.bytes),
+                        Ok(fetched) => (Chunks::from(fetched.bytes), fetched.next_offset),
                         Err(e) => {
                             outcome.error = Some(self.log_error(e));
                             return outcome;
@@ -90,8 +91,10 @@ impl Shard {
             let now = self.clock.monotonic();
             let cancelled = cancel.is_some_and(|c| c.get() > 0);
             if !records.is_empty() || now >= deadline || cancelled {
+                // Only the aborts the returned batches need: a reader far
+                // behind would otherwise get every abort up to the LSO.
                 if follower.is_none() && isolation == Isolation::ReadCommitted {
-                    outcome.aborted = replica.log.aborted_transactions(offset, limit);
+                    outcome.aborted = replica.log.aborted_transactions(offset, records_end);
                 }
                 outcome.records = records;
                 return outcome;

@@ -1,6 +1,7 @@
 //! Periodic work of a shard: each log's maintenance (write-behind, interval
 //! flushes, checkpoints), high watermark moves that follow, ISR checks on
-//! leaders (AlterIsr through shard 0) and retention.
+//! leaders (AlterIsr through shard 0), retention, and the abort of
+//! transactions left hanging in a partition.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use protocol::Offset;
 
 use super::{
     Replica, Shard, ShardOp, ShardReply, ISR_CHECK_MS, LOG_MAINTENANCE_MS, METADATA_SHARD,
-    RETENTION_CHECK_MS,
+    RETENTION_CHECK_MS, TXN_HANGING_MS,
 };
 use crate::partition::PartitionKey;
 use crate::runtime;
@@ -76,6 +77,41 @@ impl Shard {
         .detach();
     }
 
+    /// Forgets transactions the high watermark has passed the markers of
+    /// (followers included), and on a leader aborts transactions open for
+    /// longer than `TXN_HANGING_MS`.
+    fn check_transactions(self: &Rc<Self>, key: &PartitionKey, replica: &Rc<Replica>) {
+        let hw = Offset(replica.high_watermark.get()).min(replica.log.log_end_offset());
+        replica.log.last_stable_offset(hw);
+        let hanging = replica
+            .log
+            .hanging_transactions(self.clock.now_ms(), TXN_HANGING_MS);
+        if !replica.role().leader {
+            return;
+        }
+        for (producer_id, producer_epoch, coordinator_epoch) in hanging {
+            tracing::warn!(topic = %key.topic, partition = key.partition, producer_id = producer_id.0, "aborting a transaction open for longer than any coordinator allows");
+            let marker = protocol::record_batch::marker::TxnMarker {
+                kind: protocol::record_batch::marker::MarkerKind::Abort,
+                coordinator_epoch,
+            };
+            let batch = bytes::Bytes::from(protocol::record_batch::marker::build_marker_batch(
+                producer_id,
+                producer_epoch,
+                marker,
+                self.clock.now_ms(),
+            ));
+            let (shard, key) = (self.clone(), key.clone());
+            runtime::spawn(async move {
+                let timeout_ms = 30_000;
+                if let Err(e) = shard.write_marker_local(key, batch, timeout_ms).await {
+                    tracing::warn!(error = %e.message, "aborting a hanging transaction failed; retrying at the next check");
+                }
+            })
+            .detach();
+        }
+    }
+
     /// Periodic log work, ISR checks and retention, until the shard stops.
     pub async fn run_maintenance(self: Rc<Self>) {
         let mut last_retention = self.clock.monotonic();
@@ -104,6 +140,7 @@ impl Shard {
                 // with it the high watermark (acks=0 writes wait for nothing).
                 self.update_high_watermark(&replica);
                 if retention_due {
+                    self.check_transactions(&key, &replica);
                     // Never past the high watermark: followers may still need it.
                     let limit = Offset(
                         replica

@@ -78,6 +78,10 @@ pub const ISR_CHECK_MS: u64 = 100;
 pub const LOG_MAINTENANCE_MS: u64 = 5;
 /// How often retention runs.
 pub const RETENTION_CHECK_MS: u64 = 5_000;
+/// A transaction open this long in a partition is aborted by its leader:
+/// longer than any transaction timeout a coordinator allows (15 min), so
+/// only transactions no coordinator will end are.
+pub const TXN_HANGING_MS: i64 = 20 * 60 * 1000;
 
 #[derive(Debug)]
 pub struct Shard {

@@ -22,7 +22,9 @@ use thiserror::Error;
 use super::records::{TxnMetadata, TxnRecord, TxnState};
 use super::*;
 
-/// The largest epoch a producer id is used at; the next bump takes a new id.
+/// The largest epoch a producer id is started at; the next start takes a
+/// new id. `i16::MAX` stays free for the bump that fences and aborts an open
+/// transaction, whose markers must carry the same producer id.
 pub const PRODUCER_EPOCH_MAX: i16 = i16::MAX - 1;
 
 #[derive(Clone, Debug)]
@@ -206,7 +208,7 @@ impl TxnCoordinator {
             TxnState::Ongoing => {
                 // The previous instance left a transaction open: abort it
                 // under a bumped epoch, so its late writes are refused.
-                let aborted = self.abort_fenced(transactional_id, current, fresh, now_ms);
+                let aborted = self.abort_fenced(transactional_id, current, now_ms);
                 Written {
                     records: aborted.records,
                     markers: aborted.markers,
@@ -231,19 +233,16 @@ impl TxnCoordinator {
         }
     }
 
-    /// PrepareAbort under a bumped epoch (a new producer took over, or the
-    /// transaction timed out).
-    fn abort_fenced(
-        &mut self,
-        id: &str,
-        current: TxnMetadata,
-        fresh: ProducerId,
-        now_ms: i64,
-    ) -> Written<()> {
-        let (producer_id, producer_epoch) = bumped(&current, fresh);
+    /// PrepareAbort under a bumped epoch of the same producer id (a new
+    /// producer took over, or the transaction timed out): the partitions
+    /// know the transaction by that id.
+    fn abort_fenced(&mut self, id: &str, current: TxnMetadata, now_ms: i64) -> Written<()> {
+        assert!(
+            current.producer_epoch.0 < i16::MAX,
+            "an open transaction's epoch leaves room for the fencing bump"
+        );
         let m = TxnMetadata {
-            producer_id,
-            producer_epoch,
+            producer_epoch: ProducerEpoch(current.producer_epoch.0 + 1),
             state: TxnState::PrepareAbort,
             update_ms: now_ms,
             ..current
@@ -414,9 +413,8 @@ impl TxnCoordinator {
     }
 
     /// Timers: transactions open past their timeout are aborted under a
-    /// bumped epoch (`fresh` serves an id whose epoch is exhausted); ids
-    /// idle past the expiration are forgotten.
-    pub fn tick(&mut self, now_ms: i64, fresh: &mut dyn FnMut() -> ProducerId) -> Written<()> {
+    /// bumped epoch; ids idle past the expiration are forgotten.
+    pub fn tick(&mut self, now_ms: i64) -> Written<()> {
         let mut out = Written {
             records: Vec::new(),
             markers: Vec::new(),
@@ -434,12 +432,7 @@ impl TxnCoordinator {
                 && m.state != TxnState::Ongoing
                 && now_ms.saturating_sub(m.update_ms) > self.config_id_expiration_ms;
             let written = if timed_out {
-                let fresh = if m.producer_epoch.0 >= PRODUCER_EPOCH_MAX {
-                    fresh()
-                } else {
-                    m.producer_id
-                };
-                self.abort_fenced(&id, m, fresh, now_ms)
+                self.abort_fenced(&id, m, now_ms)
             } else if idle {
                 self.write(&id, None, ())
             } else {
@@ -474,7 +467,11 @@ impl TxnCoordinator {
                     "{id}: no partitions outside a transaction"
                 ),
             }
-            assert!(m.producer_epoch.0 >= 0 && m.producer_epoch.0 <= PRODUCER_EPOCH_MAX);
+            assert!(m.producer_epoch.0 >= 0);
+            assert!(
+                m.producer_epoch.0 <= PRODUCER_EPOCH_MAX || m.state != TxnState::Ongoing,
+                "{id}: an open transaction leaves room for the fencing bump"
+            );
         }
         assert!(self.ids.len() <= TXN_IDS_PER_COORDINATOR_MAX);
     }

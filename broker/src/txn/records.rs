@@ -180,16 +180,15 @@ impl TxnRecord {
                 "partitions not sorted and distinct",
             ));
         }
-        if producer_epoch.0 == i16::MAX {
-            return Err(TxnRecordError::Malformed("producer epoch past the largest"));
-        }
         // What the coordinator's invariants demand, so a loaded record can
         // never make it crash.
         let open = matches!(
             state,
             TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort
         );
-        if open == partitions.is_empty() || (open && start_ms < 0) {
+        // An open transaction leaves room for the epoch bump that fences it.
+        let no_room = state == TxnState::Ongoing && producer_epoch.0 == i16::MAX;
+        if no_room || open == partitions.is_empty() || (open && start_ms < 0) {
             return Err(TxnRecordError::Malformed(
                 "partitions and start do not fit the state",
             ));

@@ -33,6 +33,22 @@ pub fn batch(tag: u64, count: usize, timestamp_ms: i64, value_bytes: usize) -> V
     builder.build().expect("batch builds")
 }
 
+/// A log that rolls every 4 KiB (so a test spans many segments), indexes
+/// every 256 B, takes batches up to 1 MiB and keeps everything, flushing
+/// under `flush_policy`.
+pub fn small_segments(flush_policy: broker::log::FlushPolicy) -> LogConfig {
+    LogConfig {
+        segment_size_bytes: 4096,
+        index_interval_bytes: 256,
+        write_chunk_bytes: 4096,
+        unwritten_bytes_max: (1 << 20) + 4096,
+        batch_bytes_max: 1 << 20,
+        retention_ms: None,
+        flush_policy,
+        ..LogConfig::default()
+    }
+}
+
 /// One stored record, owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredRecord {

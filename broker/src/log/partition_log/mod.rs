@@ -99,6 +99,9 @@ struct LogState {
     producers_expired_ms: i64,
     /// Aborted transactions whose marker is in the log.
     aborted: AbortedIndex,
+    /// When this replica first saw each open transaction (producer -> its
+    /// first offset, broker wall ms), for `hanging_transactions`.
+    txn_seen: std::collections::HashMap<protocol::ProducerId, (Offset, i64)>,
 }
 
 /// Counters of the log's disk work, for metrics and tests.
@@ -215,6 +218,7 @@ impl PartitionLog {
                 pending_snapshots: Vec::new(),
                 producers_expired_ms: 0,
                 aborted: AbortedIndex::new(),
+                txn_seen: std::collections::HashMap::new(),
             }),
             io_gate: SerialGate::new(),
             segments_gate: SerialGate::new(),
@@ -435,7 +439,46 @@ impl PartitionLog {
             .borrow_mut()
             .producers
             .first_unstable_offset(high_watermark);
-        first.map_or(high_watermark, |f| f.min(high_watermark))
+        // Retention may have removed an open transaction's first batches.
+        let lso = first.map_or(high_watermark, |f| f.min(high_watermark));
+        lso.max(self.log_start_offset().min(high_watermark))
+    }
+
+    /// Transactions this replica has seen open for longer than
+    /// `open_ms_max` (counted from when it first saw them, in this process):
+    /// (producer, its epoch, the last coordinator epoch it heard). Their
+    /// coordinator should long have ended them; a leader aborts them so a
+    /// producer that set the transactional bit without a coordinator (or a
+    /// coordinator that lost them) cannot hold the last stable offset
+    /// forever.
+    pub fn hanging_transactions(
+        &self,
+        now_ms: i64,
+        open_ms_max: i64,
+    ) -> Vec<(protocol::ProducerId, protocol::ProducerEpoch, i32)> {
+        let mut state = self.state.borrow_mut();
+        let LogState {
+            producers,
+            txn_seen,
+            ..
+        } = &mut *state;
+        let open: std::collections::HashMap<_, _> = producers
+            .open_transactions()
+            .map(|(first, id)| (id, first))
+            .collect();
+        txn_seen.retain(|id, (first, _)| open.get(id) == Some(first));
+        let mut hanging = Vec::new();
+        for (id, first) in open {
+            let since_ms = txn_seen.entry(id).or_insert((first, now_ms)).1;
+            if now_ms.saturating_sub(since_ms) > open_ms_max {
+                let entry = producers
+                    .get(id)
+                    .expect("an open transaction's producer is known");
+                hanging.push((id, entry.epoch, entry.coordinator_epoch.max(0)));
+            }
+        }
+        hanging.sort();
+        hanging
     }
 
     /// Aborted transactions a reader of `[from, to)` must skip, oldest first.
@@ -1409,7 +1452,17 @@ impl PartitionLog {
             .map(|s| s.base)
             .collect();
         self.remove_files_and_sync(gone).await?;
-        self.remove_stale_snapshots(offset, offset).await?;
+        // Every snapshot describes the replaced history: none may be loaded
+        // for the new one (its producers start empty).
+        let (snapshots, _) = self.remove_stale_snapshots(offset, offset).await?;
+        let dir = self.dir.clone();
+        runtime::blocking(move || {
+            for at in snapshots {
+                remove_if_exists(&segment_path(&dir, at, SNAPSHOT_SUFFIX))?;
+            }
+            LogResult::Ok(())
+        })
+        .await?;
         for mark in [&self.written, &self.durable] {
             mark.set(offset.0);
         }
