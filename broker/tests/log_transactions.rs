@@ -345,6 +345,17 @@ fn keyed(producer: u8, sequence: i32, transactional: bool, key: &str, value: &st
     stamped(builder, producer, sequence)
 }
 
+/// Appends `count` plain one-record batches of producer 0 with distinct
+/// keys from `sequence`; returns the next sequence.
+async fn filler(log: &PartitionLog, mut sequence: i32, count: usize) -> i32 {
+    for _ in 0..count {
+        let bytes = keyed(0, sequence, false, &format!("f{sequence}"), "x");
+        log.append(&bytes, LEADER_EPOCH).await.unwrap();
+        sequence += 1;
+    }
+    sequence
+}
+
 #[test]
 fn compaction_drops_aborted_values_and_leaves_open_transactions_alone() {
     // Proves a compacted log keeps a key's committed value when a later
@@ -381,30 +392,13 @@ fn compaction_drops_aborted_values_and_leaves_open_transactions_alone() {
         append_marker(&log, 1, abort).await;
         // Filler so segments roll, then an open k=v3 (producer 2), then
         // more filler so v3's segment is sealed too.
-        let mut sequence = 1;
-        for _ in 0..20 {
-            log.append(
-                &keyed(0, sequence, false, &format!("f{sequence}"), "x"),
-                LEADER_EPOCH,
-            )
-            .await
-            .unwrap();
-            sequence += 1;
-        }
+        let sequence = filler(&log, 1, 20).await;
         let open_at = log
             .append(&keyed(2, 0, true, "k", "v3"), LEADER_EPOCH)
             .await
             .unwrap()
             .base_offset;
-        for _ in 0..20 {
-            log.append(
-                &keyed(0, sequence, false, &format!("f{sequence}"), "x"),
-                LEADER_EPOCH,
-            )
-            .await
-            .unwrap();
-            sequence += 1;
-        }
+        filler(&log, sequence, 20).await;
         assert!(log.segment_count() > 4);
         let end = log.log_end_offset();
         assert_eq!(log.last_stable_offset(end), open_at);
