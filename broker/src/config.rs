@@ -71,6 +71,67 @@ pub struct BrokerConfig {
     pub cleaner: CleanerConfig,
     /// Consumer group coordination and `__consumer_offsets`.
     pub groups: GroupsConfig,
+    /// Transaction coordination and `__transaction_state`.
+    pub transactions: TransactionsConfig,
+}
+
+/// Transactions: the internal topic that holds transaction state. Read when
+/// `__transaction_state` is first created (on the first FindCoordinator for
+/// a transactional id) and by every transaction coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionsConfig {
+    /// Partitions of `__transaction_state`, fixed at its creation. Default
+    /// 50, within `1..=OFFSETS_TOPIC_PARTITIONS_MAX`.
+    pub state_topic_partitions: u32,
+    /// Replication factor, lowered to the live brokers at creation. Default 3.
+    pub state_topic_replication_factor: u16,
+    /// Segment size of `__transaction_state`. Default 100 MiB.
+    pub state_topic_segment_bytes: u64,
+    /// A transactional id with no transaction for this long is forgotten
+    /// (Kafka's `transactional.id.expiration.ms`). Default 7 days.
+    pub id_expiration_ms: i64,
+    /// How long a coordinator's write waits to be replicated before the
+    /// request fails with REQUEST_TIMED_OUT. Default 5 s.
+    pub write_timeout_ms: u64,
+}
+
+impl Default for TransactionsConfig {
+    fn default() -> TransactionsConfig {
+        TransactionsConfig {
+            state_topic_partitions: 50,
+            state_topic_replication_factor: 3,
+            state_topic_segment_bytes: 100 << 20,
+            id_expiration_ms: crate::txn::TXN_ID_EXPIRATION_MS_DEFAULT,
+            write_timeout_ms: 5_000,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTransactionsConfig {
+    pub state_topic_partitions: Option<u32>,
+    pub state_topic_replication_factor: Option<u16>,
+    pub state_topic_segment_bytes: Option<u64>,
+    pub id_expiration_ms: Option<i64>,
+    pub write_timeout_ms: Option<u64>,
+}
+
+fn transactions_config(file: FileTransactionsConfig) -> TransactionsConfig {
+    let d = TransactionsConfig::default();
+    TransactionsConfig {
+        state_topic_partitions: file
+            .state_topic_partitions
+            .unwrap_or(d.state_topic_partitions),
+        state_topic_replication_factor: file
+            .state_topic_replication_factor
+            .unwrap_or(d.state_topic_replication_factor),
+        state_topic_segment_bytes: file
+            .state_topic_segment_bytes
+            .unwrap_or(d.state_topic_segment_bytes),
+        id_expiration_ms: file.id_expiration_ms.unwrap_or(d.id_expiration_ms),
+        write_timeout_ms: file.write_timeout_ms.unwrap_or(d.write_timeout_ms),
+    }
 }
 
 /// Consumer groups: the internal topic that holds them and how commits are
@@ -227,6 +288,7 @@ pub struct FileConfig {
     pub log: Option<FileLogConfig>,
     pub cleaner: Option<FileCleanerConfig>,
     pub groups: Option<FileGroupsConfig>,
+    pub transactions: Option<FileTransactionsConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -286,6 +348,7 @@ impl FileConfig {
             log: overrides.log.or(self.log),
             cleaner: overrides.cleaner.or(self.cleaner),
             groups: overrides.groups.or(self.groups),
+            transactions: overrides.transactions.or(self.transactions),
         }
     }
 }
@@ -397,6 +460,7 @@ impl BrokerConfig {
             log: log_config(file.log.unwrap_or_default())?,
             cleaner: cleaner_config(file.cleaner.unwrap_or_default()),
             groups: groups_config(file.groups.unwrap_or_default()),
+            transactions: transactions_config(file.transactions.unwrap_or_default()),
         };
         config.validate()?;
         Ok(config)
@@ -440,6 +504,31 @@ impl BrokerConfig {
             return bad(
                 "groups",
                 "offsets_retention_minutes and offsets_commit_timeout_ms must be positive",
+            );
+        }
+        let t = &self.transactions;
+        if !(1..=OFFSETS_TOPIC_PARTITIONS_MAX).contains(&t.state_topic_partitions) {
+            return bad(
+                "transactions.state_topic_partitions",
+                format!("must be within 1..={OFFSETS_TOPIC_PARTITIONS_MAX}"),
+            );
+        }
+        if t.state_topic_replication_factor == 0 {
+            return bad(
+                "transactions.state_topic_replication_factor",
+                "must be positive",
+            );
+        }
+        if t.state_topic_segment_bytes < 1 << 20 {
+            return bad(
+                "transactions.state_topic_segment_bytes",
+                "must be at least 1 MiB",
+            );
+        }
+        if t.id_expiration_ms < 60_000 || t.write_timeout_ms == 0 {
+            return bad(
+                "transactions",
+                "id_expiration_ms must be at least 60000 and write_timeout_ms positive",
             );
         }
         if self.frame_size_bytes_max < 1024 || self.frame_size_bytes_max > 1 << 30 {

@@ -190,6 +190,7 @@ async fn run_shard(
     let cancelled_at_stop = vec![
         runtime::spawn_in(TaskClass::Cleaner, shard.clone().run_cleaner()),
         runtime::spawn_in(TaskClass::Background, shard.clone().run_group_ticks()),
+        runtime::spawn_in(TaskClass::Background, shard.clone().run_txn_ticks()),
         runtime::spawn_in(TaskClass::Background, shard.clone().run_group_lag()),
     ];
     if shard_id == METADATA_SHARD {

@@ -21,7 +21,10 @@ fn find_coordinator(addr: SocketAddr, group: &str) -> Result<SocketAddr, ErrorCo
     let id = fbb.create_string(group);
     let root = wire::FindCoordinatorRequest::create(
         &mut fbb,
-        &wire::FindCoordinatorRequestArgs { group_id: Some(id) },
+        &wire::FindCoordinatorRequestArgs {
+            group_id: Some(id),
+            key_type: 0,
+        },
     );
     fbb.finish_minimal(root);
     let response = client

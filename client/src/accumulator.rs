@@ -106,6 +106,8 @@ pub struct Accumulator<T> {
     identity: Option<ProducerIdentity>,
     /// The next sequence per partition under `identity`.
     sequences: BTreeMap<TopicPartition, Sequence>,
+    /// Batches are marked transactional (a transactional producer).
+    transactional: bool,
 }
 
 impl<T> Accumulator<T> {
@@ -120,7 +122,21 @@ impl<T> Accumulator<T> {
             seal_events: Vec::new(),
             identity: None,
             sequences: BTreeMap::new(),
+            transactional: false,
         }
+    }
+
+    /// Marks every batch built from now on as part of a transaction.
+    pub fn set_transactional(&mut self) {
+        self.transactional = true;
+    }
+
+    /// Partitions holding records not yet sent (open or sealed batches).
+    pub fn unsent_partitions(&self) -> impl Iterator<Item = &TopicPartition> {
+        self.queues
+            .iter()
+            .filter(|(_, q)| q.open.is_some() || q.sealed.iter().any(|b| b.stamped.is_none()))
+            .map(|(tp, _)| tp)
     }
 
     /// Batches sent from now on (not retries) carry `identity`, with
@@ -180,8 +196,9 @@ impl<T> Accumulator<T> {
                 self.seal_events.push(topic_partition.clone());
             }
         }
+        let transactional = self.transactional;
         let open = queue.open.get_or_insert_with(|| OpenBatch {
-            builder: BatchBuilder::new(compression),
+            builder: BatchBuilder::new(compression).transactional(transactional),
             tickets: Vec::new(),
             created_at: now,
         });

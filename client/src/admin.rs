@@ -1,8 +1,9 @@
 //! `Admin`: topic management and cluster inspection (create, delete, list,
-//! describe, metadata), and consumer group administration (list, describe
-//! with lag, reset, delete). Topic requests go to any reachable broker;
-//! group requests to the group's coordinator, except ListGroups, which goes
-//! to every broker because each lists only the groups it coordinates.
+//! describe, metadata), consumer group administration (list, describe with
+//! lag, reset, delete) and transaction inspection (list, describe). Topic
+//! requests go to any reachable broker; group and transaction requests to
+//! the coordinator, except ListGroups and ListTransactions, which go to
+//! every broker because each lists only what it coordinates.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,7 +22,9 @@ use crate::group_types::{
     clamp_offset, CommittedOffset, CoordinatorInfo, GroupDescription, GroupListing,
     GroupPartitionDescription, PartitionReset, ResetTo,
 };
-use crate::messages::{self, FetchEntry, TIMESTAMP_EARLIEST, TIMESTAMP_LATEST};
+use crate::messages::{
+    self, FetchEntry, TransactionDescription, TIMESTAMP_EARLIEST, TIMESTAMP_LATEST,
+};
 use crate::metadata::ClusterMetadata;
 pub use crate::topic_types::{PartitionDescription, TopicDescription, TopicSummary};
 
@@ -132,6 +135,20 @@ impl Admin {
         self.coordinator(group_id).find().await
     }
 
+    /// Where a transactional id's coordinator is.
+    pub async fn find_transaction_coordinator(
+        &self,
+        transactional_id: &str,
+    ) -> Result<CoordinatorInfo> {
+        Coordinator::for_transaction(
+            self.cluster.clone(),
+            transactional_id,
+            RetryPolicy::default(),
+        )
+        .find()
+        .await
+    }
+
     /// Every group of the cluster, sorted by id: each broker in fresh
     /// metadata lists the groups it coordinates. Groups live on shards, so
     /// every shard endpoint a broker advertises is asked (its main port when
@@ -140,8 +157,64 @@ impl Admin {
     /// once, as first listed. Fails if an endpoint cannot answer, rather than
     /// return a list that silently misses groups.
     pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
-        let metadata = self.cluster.refresh_metadata().await?;
         let body = messages::list_groups_request();
+        let mut merged: BTreeMap<String, GroupListing> = BTreeMap::new();
+        for group in self
+            .ask_every_broker(ApiKey::ListGroups, &body, messages::list_groups_response)
+            .await?
+        {
+            merged.entry(group.group_id.clone()).or_insert(group);
+        }
+        Ok(merged.into_values().collect())
+    }
+
+    /// Every transactional id the cluster's coordinators hold, by id;
+    /// `states` (Empty, Ongoing, PrepareCommit, ...) filters, empty for all.
+    pub async fn list_transactions(&self, states: &[&str]) -> Result<Vec<TransactionDescription>> {
+        let body = messages::list_transactions_request(states);
+        let mut merged: BTreeMap<String, TransactionDescription> = BTreeMap::new();
+        for t in self
+            .ask_every_broker(
+                ApiKey::ListTransactions,
+                &body,
+                messages::list_transactions_response,
+            )
+            .await?
+        {
+            merged.entry(t.transactional_id.clone()).or_insert(t);
+        }
+        Ok(merged.into_values().collect())
+    }
+
+    /// One transactional id, from its coordinator: state, producer id and
+    /// epoch, timeout, the open transaction's partitions and start time.
+    pub async fn describe_transaction(
+        &self,
+        transactional_id: &str,
+    ) -> Result<TransactionDescription> {
+        let body = messages::describe_transaction_request(transactional_id);
+        Coordinator::for_transaction(
+            self.cluster.clone(),
+            transactional_id,
+            RetryPolicy::default(),
+        )
+        .call(
+            ApiKey::DescribeTransaction,
+            &body,
+            messages::describe_transaction_response,
+        )
+        .await
+    }
+
+    /// Sends a listing request to every shard endpoint of every broker and
+    /// concatenates the answers (each lists what its broker coordinates).
+    async fn ask_every_broker<T>(
+        &self,
+        api: ApiKey,
+        body: &[u8],
+        decode: impl Fn(&[u8]) -> Result<Vec<T>>,
+    ) -> Result<Vec<T>> {
+        let metadata = self.cluster.refresh_metadata().await?;
         let mut addresses = BTreeSet::new();
         for broker in &metadata.brokers {
             if broker.shards.is_empty() {
@@ -149,24 +222,28 @@ impl Admin {
             }
             addresses.extend(broker.shards.iter().map(|s| broker.shard_address(s.shard)));
         }
-        let mut merged: BTreeMap<String, GroupListing> = BTreeMap::new();
+        let mut out = Vec::new();
         for address in addresses {
-            for group in self.list_groups_at(&address, &body).await? {
-                merged.entry(group.group_id.clone()).or_insert(group);
-            }
+            out.extend(self.list_at(&address, api, body, &decode).await?);
         }
-        Ok(merged.into_values().collect())
+        Ok(out)
     }
 
-    async fn list_groups_at(&self, address: &str, body: &[u8]) -> Result<Vec<GroupListing>> {
+    async fn list_at<T>(
+        &self,
+        address: &str,
+        api: ApiKey,
+        body: &[u8],
+        decode: &impl Fn(&[u8]) -> Result<Vec<T>>,
+    ) -> Result<Vec<T>> {
         let mut attempt = 0;
         loop {
             attempt += 1;
             let answer = self
                 .cluster
-                .request_to(address, ApiKey::ListGroups, body, &[])
+                .request_to(address, api, body, &[])
                 .await
-                .and_then(|response| messages::list_groups_response(response.body()));
+                .and_then(|response| decode(response.body()));
             match answer {
                 Err(error) if error.is_retriable() && attempt < LIST_GROUPS_ATTEMPTS_MAX => {
                     tokio::time::sleep(Duration::from_millis(ADMIN_RETRY_BACKOFF_MS)).await;

@@ -214,7 +214,7 @@ impl Cluster {
     pub async fn init_producer_id(
         &self,
     ) -> Result<(protocol::ProducerId, protocol::ProducerEpoch)> {
-        let body = messages::init_producer_id_request();
+        let body = messages::init_producer_id_request(None);
         let response = self.request_any(ApiKey::InitProducerId, &body).await?;
         messages::init_producer_id_response(response.body())
     }

@@ -155,6 +155,14 @@ pub struct ProducerConfig {
     /// appended again. Default on, as in Kafka clients since 3.0; not used
     /// with `Acks::None`, which never retries.
     pub idempotence: bool,
+    /// Makes the producer transactional (`init_transactions`, `begin`,
+    /// `commit`, `abort`): the id names the producer across restarts, so a
+    /// new instance fences the previous one. Requires idempotence and
+    /// `Acks::All`. 1..=255 bytes. Default none.
+    pub transactional_id: Option<String>,
+    /// A transaction open longer than this is aborted by its coordinator.
+    /// Default 60 000 ms, within 1 000..=900 000.
+    pub transaction_timeout_ms: u32,
 }
 
 impl Default for ProducerConfig {
@@ -171,6 +179,8 @@ impl Default for ProducerConfig {
             retry_backoff_ms_max: 5_000,
             produce_timeout_ms: 30_000,
             idempotence: true,
+            transactional_id: None,
+            transaction_timeout_ms: 60_000,
         }
     }
 }
@@ -209,7 +219,23 @@ impl ProducerConfig {
             self.produce_timeout_ms,
             1,
             i32::MAX as u64,
-        )
+        )?;
+        check_range(
+            "transaction_timeout_ms",
+            u64::from(self.transaction_timeout_ms),
+            1_000,
+            900_000,
+        )?;
+        if let Some(id) = &self.transactional_id {
+            check_range("transactional_id bytes", id.len() as u64, 1, 255)?;
+            if !self.idempotence || self.acks != Acks::All {
+                return Err(invalid(
+                    "transactional_id",
+                    "a transactional producer needs idempotence and acks=all",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Backoff before retry number `attempt` (1-based): exponential, bounded.

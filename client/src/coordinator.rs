@@ -1,5 +1,5 @@
-//! `Coordinator`: finds a consumer group's coordinator (FindCoordinator,
-//! any broker) and sends the group's requests to it, finding it again and
+//! `Coordinator`: finds a consumer group's (or a transactional id's)
+//! coordinator (FindCoordinator, any broker) and sends its requests to it, finding it again and
 //! retrying, with backoff and within a deadline, when the answer says it
 //! moved (NOT_COORDINATOR), is loading (COORDINATOR_LOAD_IN_PROGRESS), is
 //! not there yet (COORDINATOR_NOT_AVAILABLE) or the connection failed.
@@ -14,7 +14,7 @@ use protocol::{ApiKey, ErrorCode};
 use crate::cluster::Cluster;
 use crate::error::{ClientError, Result};
 use crate::group_types::CoordinatorInfo;
-use crate::messages;
+use crate::messages::{self, CoordinatorKey};
 
 /// Bound on attempts of one call (lookups and requests together); the
 /// deadline usually ends it first.
@@ -66,28 +66,45 @@ pub fn must_find_again(error: &ClientError) -> bool {
     }
 }
 
-/// One group's coordinator; cheap to clone (clones share the cached
-/// address), so a heartbeat task can carry one.
+/// One group's (or transactional id's) coordinator; cheap to clone (clones
+/// share the cached address), so a heartbeat task can carry one.
 #[derive(Clone, Debug)]
 pub struct Coordinator {
     cluster: Cluster,
-    group_id: String,
+    /// The group id or transactional id.
+    key: String,
+    key_type: CoordinatorKey,
     policy: RetryPolicy,
     address: Arc<Mutex<Option<String>>>,
 }
 
 impl Coordinator {
+    /// A consumer group's coordinator.
     pub fn new(cluster: Cluster, group_id: &str, policy: RetryPolicy) -> Coordinator {
         Coordinator {
             cluster,
-            group_id: group_id.to_owned(),
+            key: group_id.to_owned(),
+            key_type: CoordinatorKey::Group,
             policy,
             address: Arc::new(Mutex::new(None)),
         }
     }
 
+    /// A transactional id's coordinator.
+    pub fn for_transaction(
+        cluster: Cluster,
+        transactional_id: &str,
+        policy: RetryPolicy,
+    ) -> Coordinator {
+        Coordinator {
+            key_type: CoordinatorKey::Transaction,
+            ..Coordinator::new(cluster, transactional_id, policy)
+        }
+    }
+
+    /// The group id (or transactional id) this coordinator serves.
     pub fn group_id(&self) -> &str {
-        &self.group_id
+        &self.key
     }
 
     /// Forgets the cached address: the next call looks the coordinator up.
@@ -108,7 +125,7 @@ impl Coordinator {
     }
 
     async fn find_until(&self, deadline: Instant) -> Result<CoordinatorInfo> {
-        let body = messages::find_coordinator_request(&self.group_id);
+        let body = messages::find_coordinator_request(&self.key, self.key_type);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -217,7 +234,12 @@ impl Coordinator {
         match tokio::time::timeout_at(deadline.into(), work).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::RequestTimeout {
-                address: format!("the coordinator of group `{}`", self.group_id),
+                address: match self.key_type {
+                    CoordinatorKey::Group => format!("the coordinator of group `{}`", self.key),
+                    CoordinatorKey::Transaction => {
+                        format!("the coordinator of transactional id `{}`", self.key)
+                    }
+                },
                 timeout_ms: u64::try_from(deadline.saturating_duration_since(started).as_millis())
                     .unwrap_or(u64::MAX),
             }),

@@ -64,6 +64,10 @@ pub enum ClientError {
     },
     #[error("the producer is closed")]
     ProducerClosed,
+    /// A transactional producer's call out of order (`begin` twice, `send`
+    /// outside a transaction, `commit` after a failed send: abort instead).
+    #[error("transaction: {0}")]
+    InvalidTransactionState(String),
 }
 
 impl ClientError {

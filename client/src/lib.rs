@@ -34,6 +34,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod record;
 pub mod topic_types;
+pub mod transaction;
 
 pub use accumulator::TopicPartition;
 pub use admin::{Admin, PartitionDescription, TopicDescription, TopicSummary};

@@ -774,13 +774,17 @@ fn committed_from<'a>(
 }
 
 /// InitProducerId for an idempotent (not transactional) producer.
-pub fn init_producer_id_request() -> Vec<u8> {
+/// For an idempotent producer (`None`), or a transactional one: its id and
+/// transaction timeout.
+pub fn init_producer_id_request(transactional: Option<(&str, u32)>) -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
+    let transactional_id = transactional.map(|(id, _)| fbb.create_string(id));
     let request = wire::InitProducerIdRequest::create(
         &mut fbb,
         &wire::InitProducerIdRequestArgs {
-            transactional_id: None,
-            transaction_timeout_ms: 0,
+            transactional_id,
+            transaction_timeout_ms: transactional
+                .map_or(0, |(_, ms)| i32::try_from(ms).unwrap_or(i32::MAX)),
         },
     );
     finish(fbb, request)
@@ -800,6 +804,165 @@ pub fn init_producer_id_response(body: &[u8]) -> Result<(ProducerId, ProducerEpo
     ))
 }
 
+// ---- Transaction coordinator ----
+
+fn txn_topics<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    partitions: &[TopicPartition],
+) -> flatbuffers::WIPOffset<
+    flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<wire::TxnMarkerTopic<'a>>>,
+> {
+    let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+    for tp in partitions {
+        by_topic.entry(&tp.topic).or_default().push(tp.partition);
+    }
+    let topics: Vec<_> = by_topic
+        .into_iter()
+        .map(|(name, partitions)| {
+            let name = Some(fbb.create_string(name));
+            let partitions = Some(fbb.create_vector(&partitions));
+            wire::TxnMarkerTopic::create(fbb, &wire::TxnMarkerTopicArgs { name, partitions })
+        })
+        .collect();
+    fbb.create_vector(&topics)
+}
+
+fn read_txn_topics<'a>(
+    topics: Option<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<wire::TxnMarkerTopic<'a>>>>,
+) -> Vec<TopicPartition> {
+    let mut out = Vec::new();
+    for topic in topics.iter().flatten() {
+        let name = topic.name().unwrap_or_default();
+        for p in topic.partitions().iter().flatten() {
+            out.push(TopicPartition::new(name, p));
+        }
+    }
+    out
+}
+
+pub fn add_partitions_to_txn_request(
+    transactional_id: &str,
+    producer: (ProducerId, ProducerEpoch),
+    partitions: &[TopicPartition],
+) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let id = Some(fbb.create_string(transactional_id));
+    let topics = Some(txn_topics(&mut fbb, partitions));
+    let request = wire::AddPartitionsToTxnRequest::create(
+        &mut fbb,
+        &wire::AddPartitionsToTxnRequestArgs {
+            transactional_id: id,
+            producer_id: producer.0 .0,
+            producer_epoch: producer.1 .0,
+            topics,
+        },
+    );
+    finish(fbb, request)
+}
+
+pub fn add_partitions_to_txn_response(body: &[u8]) -> Result<()> {
+    let response =
+        root::<wire::AddPartitionsToTxnResponse>(body, "add partitions to txn response")?;
+    check_error(response.error_code(), response.error_message())
+}
+
+pub fn end_txn_request(
+    transactional_id: &str,
+    producer: (ProducerId, ProducerEpoch),
+    commit: bool,
+) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let id = Some(fbb.create_string(transactional_id));
+    let request = wire::EndTxnRequest::create(
+        &mut fbb,
+        &wire::EndTxnRequestArgs {
+            transactional_id: id,
+            producer_id: producer.0 .0,
+            producer_epoch: producer.1 .0,
+            commit,
+        },
+    );
+    finish(fbb, request)
+}
+
+pub fn end_txn_response(body: &[u8]) -> Result<()> {
+    let response = root::<wire::EndTxnResponse>(body, "end txn response")?;
+    check_error(response.error_code(), response.error_message())
+}
+
+/// A transactional id as its coordinator holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransactionDescription {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit or
+    /// CompleteAbort.
+    pub state: String,
+    pub timeout_ms: i32,
+    /// Wall-clock ms the open transaction began; -1 when none.
+    pub start_ms: i64,
+    pub update_ms: i64,
+    pub partitions: Vec<TopicPartition>,
+}
+
+fn read_transaction(t: wire::TransactionState<'_>) -> TransactionDescription {
+    TransactionDescription {
+        transactional_id: t.transactional_id().unwrap_or_default().to_owned(),
+        producer_id: t.producer_id(),
+        producer_epoch: t.producer_epoch(),
+        state: t.state().unwrap_or_default().to_owned(),
+        timeout_ms: t.timeout_ms(),
+        start_ms: t.start_ms(),
+        update_ms: t.update_ms(),
+        partitions: read_txn_topics(t.topics()),
+    }
+}
+
+pub fn list_transactions_request(states: &[&str]) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let names: Vec<_> = states.iter().map(|s| fbb.create_string(s)).collect();
+    let states = Some(fbb.create_vector(&names));
+    let request = wire::ListTransactionsRequest::create(
+        &mut fbb,
+        &wire::ListTransactionsRequestArgs { states },
+    );
+    finish(fbb, request)
+}
+
+pub fn list_transactions_response(body: &[u8]) -> Result<Vec<TransactionDescription>> {
+    let response = root::<wire::ListTransactionsResponse>(body, "list transactions response")?;
+    check_error(response.error_code(), response.error_message())?;
+    Ok(response
+        .transactions()
+        .iter()
+        .flatten()
+        .map(read_transaction)
+        .collect())
+}
+
+pub fn describe_transaction_request(transactional_id: &str) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let id = Some(fbb.create_string(transactional_id));
+    let request = wire::DescribeTransactionRequest::create(
+        &mut fbb,
+        &wire::DescribeTransactionRequestArgs {
+            transactional_id: id,
+        },
+    );
+    finish(fbb, request)
+}
+
+pub fn describe_transaction_response(body: &[u8]) -> Result<TransactionDescription> {
+    const WHAT: &str = "describe transaction response";
+    let response = root::<wire::DescribeTransactionResponse>(body, WHAT)?;
+    check_error(response.error_code(), response.error_message())?;
+    response
+        .transaction()
+        .map(read_transaction)
+        .ok_or_else(|| malformed(WHAT, "no transaction"))
+}
+
 // ---- WriteTxnMarkers ----
 
 /// One transaction's end to write to `partitions`.
@@ -816,22 +979,7 @@ pub fn write_txn_markers_request(markers: &[TxnMarkerEntry], timeout_ms: i32) ->
     let mut fbb = FlatBufferBuilder::new();
     let mut encoded = Vec::with_capacity(markers.len());
     for m in markers {
-        let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
-        for tp in &m.partitions {
-            by_topic.entry(&tp.topic).or_default().push(tp.partition);
-        }
-        let topics: Vec<_> = by_topic
-            .into_iter()
-            .map(|(name, partitions)| {
-                let name = Some(fbb.create_string(name));
-                let partitions = Some(fbb.create_vector(&partitions));
-                wire::TxnMarkerTopic::create(
-                    &mut fbb,
-                    &wire::TxnMarkerTopicArgs { name, partitions },
-                )
-            })
-            .collect();
-        let topics = Some(fbb.create_vector(&topics));
+        let topics = Some(txn_topics(&mut fbb, &m.partitions));
         encoded.push(wire::WritableTxnMarker::create(
             &mut fbb,
             &wire::WritableTxnMarkerArgs {
@@ -873,12 +1021,25 @@ pub fn write_txn_markers_response(body: &[u8]) -> Result<Vec<(i64, TopicPartitio
     Ok(out)
 }
 
-pub fn find_coordinator_request(group_id: &str) -> Vec<u8> {
+/// Whose coordinator FindCoordinator looks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoordinatorKey {
+    Group,
+    Transaction,
+}
+
+pub fn find_coordinator_request(key: &str, key_type: CoordinatorKey) -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
-    let group_id = Some(fbb.create_string(group_id));
+    let group_id = Some(fbb.create_string(key));
     let request = wire::FindCoordinatorRequest::create(
         &mut fbb,
-        &wire::FindCoordinatorRequestArgs { group_id },
+        &wire::FindCoordinatorRequestArgs {
+            group_id,
+            key_type: match key_type {
+                CoordinatorKey::Group => 0,
+                CoordinatorKey::Transaction => 1,
+            },
+        },
     );
     finish(fbb, request)
 }
@@ -1286,9 +1447,13 @@ mod tests {
         // Proves the request names the group, the answer becomes the shard
         // endpoint, and a missing endpoint or COORDINATOR_NOT_AVAILABLE are
         // told apart (malformed vs retriable).
-        let body = find_coordinator_request("billing");
+        let body = find_coordinator_request("billing", CoordinatorKey::Group);
         let decoded = flatbuffers::root::<wire::FindCoordinatorRequest>(&body).unwrap();
         assert_eq!(decoded.group_id(), Some("billing"));
+        assert_eq!(decoded.key_type(), 0);
+        let body = find_coordinator_request("etl-1", CoordinatorKey::Transaction);
+        let decoded = flatbuffers::root::<wire::FindCoordinatorRequest>(&body).unwrap();
+        assert_eq!((decoded.group_id(), decoded.key_type()), (Some("etl-1"), 1));
         let answer = |error: ErrorCode, host: Option<&str>, port: u16| {
             let mut fbb = FlatBufferBuilder::new();
             let host = host.map(|h| fbb.create_string(h));

@@ -7,6 +7,14 @@
 //! before it sends anything, batches carry per-partition sequences, and a
 //! batch that fails for good (so the broker may or may not hold it) makes
 //! the task take a new producer id before the next first send.
+//!
+//! With a `transactional_id` the producer is transactional
+//! (`init_transactions`, `begin_transaction`, `commit_transaction`,
+//! `abort_transaction`): records are sent only inside a transaction, each
+//! partition is added to the transaction at the coordinator before its
+//! first batch goes out, and batches are marked transactional, so
+//! read_committed consumers see them only once committed (see
+//! `transaction.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,6 +35,7 @@ use crate::error::{ClientError, Result};
 use crate::messages::{self, ProduceEntry, ProduceOutcome};
 use crate::partitioner::{partition_for_key, Partitioner};
 pub use crate::record::Header;
+use crate::transaction::{is_fencing, TransactionManager, TxnPhase};
 
 /// Bound on commands queued for the background task. Record bytes are
 /// bounded separately by `buffer_bytes_max`.
@@ -97,6 +106,9 @@ enum Command {
     },
     Flush(oneshot::Sender<()>),
     Close(oneshot::Sender<()>),
+    /// A transactional producer's identity from its coordinator: batches
+    /// from now on carry it, with sequences from 0.
+    SetIdentity(ProducerIdentity, oneshot::Sender<()>),
 }
 
 /// The producer handle. Dropping it lets the background task deliver what is
@@ -108,6 +120,7 @@ pub struct Producer {
     commands: mpsc::Sender<Command>,
     buffer: Arc<Semaphore>,
     closed: AtomicBool,
+    txn: Option<TransactionManager>,
 }
 
 impl Producer {
@@ -126,24 +139,35 @@ impl Producer {
         let seed = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
+        let txn = config
+            .transactional_id
+            .as_deref()
+            .map(|id| TransactionManager::new(cluster.clone(), id, config.transaction_timeout_ms));
+        let mut accumulator = Accumulator::new(
+            config.batch_bytes_max,
+            Duration::from_millis(config.linger_ms),
+            config.compression,
+        );
+        if txn.is_some() {
+            accumulator.set_transactional();
+        }
         let sender = Sender {
             cluster: cluster.clone(),
-            accumulator: Accumulator::new(
-                config.batch_bytes_max,
-                Duration::from_millis(config.linger_ms),
-                config.compression,
-            ),
+            accumulator,
             partitioner: Partitioner::new(seed),
             config: config.clone(),
             in_flight: JoinSet::new(),
             // Nothing is retried with acks=0, and a lost batch would leave a
             // gap the broker refuses every later batch for: no idempotence.
-            identity: if config.idempotence && config.acks != Acks::None {
+            identity: if txn.is_some() {
+                IdentityState::FromCoordinator
+            } else if config.idempotence && config.acks != Acks::None {
                 IdentityState::Missing { attempts: 0 }
             } else {
                 IdentityState::NotUsed
             },
             identity_retry_at: None,
+            txn: txn.clone(),
         };
         tokio::spawn(sender.run(commands_rx));
         Ok(Producer {
@@ -152,6 +176,7 @@ impl Producer {
             config,
             commands,
             closed: AtomicBool::new(false),
+            txn,
         })
     }
 
@@ -165,6 +190,14 @@ impl Producer {
     pub async fn enqueue(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         if self.closed.load(Ordering::Acquire) {
             return Err(ClientError::ProducerClosed);
+        }
+        if let Some(txn) = &self.txn {
+            let phase = txn.shared().phase.clone();
+            if phase != TxnPhase::InTransaction {
+                return Err(ClientError::InvalidTransactionState(format!(
+                    "records are sent inside a transaction (the producer is {phase:?})"
+                )));
+            }
         }
         let size_bytes = record.size_bytes();
         if size_bytes > self.config.record_bytes_max {
@@ -254,6 +287,146 @@ impl Producer {
         let _ = done_rx.await;
         Ok(())
     }
+
+    fn transactional(&self) -> Result<&TransactionManager> {
+        let txn = self.txn.as_ref().ok_or_else(|| {
+            ClientError::InvalidTransactionState("the producer has no transactional_id".into())
+        })?;
+        if let TxnPhase::Fenced(why) = &txn.shared().phase {
+            return Err(ClientError::InvalidTransactionState(format!(
+                "fenced: {why}; close this producer"
+            )));
+        }
+        Ok(txn)
+    }
+
+    /// Takes the transactional id's producer id with a new epoch from its
+    /// coordinator, fencing every earlier instance (their later writes and
+    /// commits are refused) and having the coordinator abort what an
+    /// earlier instance left open. Call once, before the first transaction.
+    pub async fn init_transactions(&self) -> Result<()> {
+        let txn = self.transactional()?;
+        if txn.shared().phase != TxnPhase::Uninitialized {
+            return Err(ClientError::InvalidTransactionState(
+                "init_transactions was already called".into(),
+            ));
+        }
+        self.take_identity(txn).await
+    }
+
+    async fn take_identity(&self, txn: &TransactionManager) -> Result<()> {
+        let identity = match txn.init().await {
+            Ok(identity) => identity,
+            Err(error) => {
+                if is_fencing(&error) {
+                    txn.shared().phase = TxnPhase::Fenced(error.to_string());
+                }
+                return Err(error);
+            }
+        };
+        let (done, done_rx) = oneshot::channel();
+        self.commands
+            .send(Command::SetIdentity(identity, done))
+            .await
+            .map_err(|_| ClientError::ProducerClosed)?;
+        done_rx.await.map_err(|_| ClientError::ProducerClosed)?;
+        let mut shared = txn.shared();
+        shared.phase = TxnPhase::Ready;
+        shared.added.clear();
+        shared.failure = None;
+        Ok(())
+    }
+
+    /// Starts a transaction: records sent until `commit_transaction` or
+    /// `abort_transaction` belong to it.
+    pub fn begin_transaction(&self) -> Result<()> {
+        let txn = self.transactional()?;
+        let mut shared = txn.shared();
+        if shared.phase != TxnPhase::Ready {
+            return Err(ClientError::InvalidTransactionState(format!(
+                "begin_transaction needs a producer between transactions (it is {:?})",
+                shared.phase
+            )));
+        }
+        shared.phase = TxnPhase::InTransaction;
+        shared.added.clear();
+        shared.failure = None;
+        Ok(())
+    }
+
+    fn in_transaction(&self) -> Result<&TransactionManager> {
+        let txn = self.transactional()?;
+        if txn.shared().phase != TxnPhase::InTransaction {
+            return Err(ClientError::InvalidTransactionState(
+                "no transaction is open".into(),
+            ));
+        }
+        Ok(txn)
+    }
+
+    /// Delivers every record of the transaction, then commits it: once this
+    /// returns, read_committed consumers see all of its records (as the
+    /// markers reach each partition) or, had it failed, none. A transaction
+    /// one of whose records failed cannot commit: this returns the error
+    /// and the transaction stays open for `abort_transaction`.
+    pub async fn commit_transaction(&self) -> Result<()> {
+        let txn = self.in_transaction()?;
+        self.flush().await?;
+        let (identity, partitions, failure) = {
+            let shared = txn.shared();
+            (shared.identity, shared.added.len(), shared.failure.clone())
+        };
+        if let Some(failure) = failure {
+            return Err(ClientError::InvalidTransactionState(format!(
+                "a record of the transaction failed ({failure}); abort it"
+            )));
+        }
+        if partitions > 0 {
+            let identity = identity.ok_or_else(no_identity)?;
+            if let Err(error) = txn.end(identity, true).await {
+                if is_fencing(&error) {
+                    txn.shared().phase = TxnPhase::Fenced(error.to_string());
+                }
+                return Err(error);
+            }
+        }
+        txn.shared().phase = TxnPhase::Ready;
+        Ok(())
+    }
+
+    /// Ends the transaction without its records: read_committed consumers
+    /// never see them. After a failed record the producer takes a new epoch
+    /// (its sequences restart), so the next transaction starts clean.
+    pub async fn abort_transaction(&self) -> Result<()> {
+        let txn = self.in_transaction()?;
+        self.flush().await?;
+        let (identity, partitions, failed) = {
+            let shared = txn.shared();
+            (
+                shared.identity,
+                shared.added.len(),
+                shared.failure.is_some(),
+            )
+        };
+        if partitions > 0 {
+            let identity = identity.ok_or_else(no_identity)?;
+            if let Err(error) = txn.end(identity, false).await {
+                if is_fencing(&error) {
+                    txn.shared().phase = TxnPhase::Fenced(error.to_string());
+                }
+                return Err(error);
+            }
+        }
+        if failed {
+            return self.take_identity(txn).await;
+        }
+        txn.shared().phase = TxnPhase::Ready;
+        Ok(())
+    }
+}
+
+fn no_identity() -> ClientError {
+    ClientError::InvalidTransactionState("the producer has no identity".into())
 }
 
 /// The result of one produce request, with the batches it carried.
@@ -274,6 +447,9 @@ enum IdentityState {
     Ready,
     /// The cluster refused to give one: every record fails with this.
     Refused(ClientError),
+    /// A transactional producer: nothing is sent until the handle set the
+    /// identity its coordinator gave (`Command::SetIdentity`).
+    FromCoordinator,
 }
 
 /// The background task's state.
@@ -286,6 +462,7 @@ struct Sender {
     identity: IdentityState,
     /// When to ask for a producer id again after a retriable failure.
     identity_retry_at: Option<Instant>,
+    txn: Option<TransactionManager>,
 }
 
 impl Sender {
@@ -295,6 +472,7 @@ impl Sender {
         loop {
             let force = closing || !flush_waiters.is_empty();
             self.ensure_identity().await;
+            self.add_partitions().await;
             self.dispatch(force);
             if self.accumulator.is_empty() {
                 for waiter in flush_waiters.drain(..) {
@@ -319,6 +497,14 @@ impl Sender {
                         closing = true;
                     }
                     None => closing = true,
+                    Some(Command::SetIdentity(identity, done)) => {
+                        self.accumulator.set_identity(identity);
+                        if let Some(txn) = &self.txn {
+                            txn.shared().identity = Some(identity);
+                        }
+                        self.identity = IdentityState::Ready;
+                        let _ = done.send(());
+                    }
                 },
                 Some(joined) = self.in_flight.join_next(), if !self.in_flight.is_empty() => {
                     let outcome = joined.expect("produce request tasks do not panic");
@@ -406,10 +592,46 @@ impl Sender {
         }
     }
 
+    /// A transactional producer: adds the partitions about to get their
+    /// first batch of the transaction at the coordinator. A failure makes
+    /// the transaction abortable; those partitions' batches then fail.
+    async fn add_partitions(&mut self) {
+        let (Some(txn), IdentityState::Ready) = (&self.txn, &self.identity) else {
+            return;
+        };
+        let (new, identity) = {
+            let shared = txn.shared();
+            if shared.failure.is_some() {
+                return;
+            }
+            let new: Vec<TopicPartition> = self
+                .accumulator
+                .unsent_partitions()
+                .filter(|tp| !shared.added.contains(*tp))
+                .cloned()
+                .collect();
+            (new, shared.identity)
+        };
+        let Some(identity) = identity else { return };
+        if new.is_empty() {
+            return;
+        }
+        match txn.add_partitions(identity, &new).await {
+            Ok(()) => txn.shared().added.extend(new),
+            Err(error) => {
+                let mut shared = txn.shared();
+                if is_fencing(&error) {
+                    shared.phase = TxnPhase::Fenced(error.to_string());
+                }
+                shared.failure = Some(error);
+            }
+        }
+    }
+
     /// Groups ready batches by leader endpoint and starts one request per endpoint.
     fn dispatch(&mut self, force: bool) {
         match &self.identity {
-            IdentityState::Missing { .. } => return,
+            IdentityState::Missing { .. } | IdentityState::FromCoordinator => return,
             IdentityState::Refused(error) => {
                 let error = error.clone();
                 for batch in self.accumulator.drain_ready(Instant::now(), true) {
@@ -429,7 +651,11 @@ impl Sender {
         for mut batch in ready {
             if let Err(error) = &batch.bytes {
                 let error = ClientError::Batch(error.clone());
-                self.finish_batch(batch, Err(error));
+                self.fail_batch(batch, error);
+                continue;
+            }
+            if let Some(error) = self.not_in_transaction(&batch) {
+                self.fail_batch(batch, error);
                 continue;
             }
             batch.attempts += 1;
@@ -492,17 +718,53 @@ impl Sender {
                     self.accumulator.retry(batch, retry_at);
                 }
                 Err(error) => {
-                    if batch.stamped.is_some() && matches!(self.identity, IdentityState::Ready) {
+                    if batch.stamped.is_some()
+                        && self.txn.is_none()
+                        && matches!(self.identity, IdentityState::Ready)
+                    {
                         // The broker may or may not hold this batch, so the
                         // partition's next sequence is unknown: continue
                         // under a new producer id.
                         self.identity = IdentityState::Missing { attempts: 0 };
                     }
-                    self.finish_batch(batch, Err(error));
+                    self.fail_batch(batch, error);
                 }
                 result => self.finish_batch(batch, result),
             }
         }
+    }
+
+    /// A transactional batch whose partition is not (or could not be)
+    /// added to the transaction, or whose transaction already failed: it
+    /// is not sent.
+    fn not_in_transaction(&self, batch: &SealedBatch<Ticket>) -> Option<ClientError> {
+        let txn = self.txn.as_ref()?;
+        if batch.stamped.is_some() {
+            return None;
+        }
+        let shared = txn.shared();
+        if let Some(failure) = &shared.failure {
+            return Some(failure.clone());
+        }
+        (!shared.added.contains(&batch.topic_partition)).then(|| {
+            ClientError::InvalidTransactionState(format!(
+                "{}-{} is not part of the transaction",
+                batch.topic_partition.topic, batch.topic_partition.partition
+            ))
+        })
+    }
+
+    /// Fails a batch for good; in a transaction, the transaction can then
+    /// only abort (a fencing error ends the producer).
+    fn fail_batch(&mut self, batch: SealedBatch<Ticket>, error: ClientError) {
+        if let Some(txn) = &self.txn {
+            let mut shared = txn.shared();
+            if is_fencing(&error) {
+                shared.phase = TxnPhase::Fenced(error.to_string());
+            }
+            shared.failure.get_or_insert(error.clone());
+        }
+        self.finish_batch(batch, Err(error));
     }
 
     /// Resolves every record future of a batch and frees its partition for

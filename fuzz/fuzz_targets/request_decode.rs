@@ -116,6 +116,26 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
+        Some(ApiKey::AddPartitionsToTxn) => {
+            if let Ok(r) = root::<wire::AddPartitionsToTxnRequest>(body) {
+                let _ = r.transactional_id();
+                for topic in r.topics().into_iter().flatten() {
+                    let _ = topic.name();
+                    let _ = topic.partitions().map(|p| p.iter().sum::<i32>());
+                }
+            }
+        }
+        Some(ApiKey::EndTxn) => {
+            let _ = root::<wire::EndTxnRequest>(body).map(|r| r.transactional_id());
+        }
+        Some(ApiKey::ListTransactions) => {
+            if let Ok(r) = root::<wire::ListTransactionsRequest>(body) {
+                let _ = r.states().map(|s| s.iter().map(str::len).sum::<usize>());
+            }
+        }
+        Some(ApiKey::DescribeTransaction) => {
+            let _ = root::<wire::DescribeTransactionRequest>(body).map(|r| r.transactional_id());
+        }
         Some(ApiKey::ApiVersions) | Some(ApiKey::ListTopics) | Some(ApiKey::ListGroups) | None => {}
         #[allow(unreachable_patterns)]
         Some(_) => {}

@@ -32,10 +32,16 @@ pub enum ApiKey {
     /// Broker to broker: a transaction coordinator has partition leaders
     /// write commit or abort markers.
     WriteTxnMarkers = 28,
+    /// Served by a transactional id's coordinator.
+    AddPartitionsToTxn = 29,
+    EndTxn = 30,
+    /// Served by any broker: the transactional ids its coordinators hold.
+    ListTransactions = 31,
+    DescribeTransaction = 32,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 20] = [
+    pub const ALL: [ApiKey; 24] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -56,6 +62,10 @@ impl ApiKey {
         ApiKey::DeleteGroupOffsets,
         ApiKey::InitProducerId,
         ApiKey::WriteTxnMarkers,
+        ApiKey::AddPartitionsToTxn,
+        ApiKey::EndTxn,
+        ApiKey::ListTransactions,
+        ApiKey::DescribeTransaction,
     ];
 
     pub fn from_u16(key: u16) -> Option<ApiKey> {
@@ -89,6 +99,10 @@ impl ApiKey {
             ApiKey::DeleteGroupOffsets => "delete_group_offsets",
             ApiKey::InitProducerId => "init_producer_id",
             ApiKey::WriteTxnMarkers => "write_txn_markers",
+            ApiKey::AddPartitionsToTxn => "add_partitions_to_txn",
+            ApiKey::EndTxn => "end_txn",
+            ApiKey::ListTransactions => "list_transactions",
+            ApiKey::DescribeTransaction => "describe_transaction",
         }
     }
 }

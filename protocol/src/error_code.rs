@@ -88,10 +88,12 @@ pub enum ErrorCode {
     InvalidProducerIdMapping = 43,
     /// The transaction timeout is outside the coordinator's bounds.
     InvalidTransactionTimeout = 44,
+    /// The coordinator holds no such transactional id.
+    TransactionalIdNotFound = 45,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 45] = [
+    const ALL: [ErrorCode; 46] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -137,6 +139,7 @@ impl ErrorCode {
         ErrorCode::ProducerFenced,
         ErrorCode::InvalidProducerIdMapping,
         ErrorCode::InvalidTransactionTimeout,
+        ErrorCode::TransactionalIdNotFound,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -221,6 +224,7 @@ impl ErrorCode {
             ErrorCode::ProducerFenced => "PRODUCER_FENCED",
             ErrorCode::InvalidProducerIdMapping => "INVALID_PRODUCER_ID_MAPPING",
             ErrorCode::InvalidTransactionTimeout => "INVALID_TRANSACTION_TIMEOUT",
+            ErrorCode::TransactionalIdNotFound => "TRANSACTIONAL_ID_NOT_FOUND",
         }
     }
 }

@@ -1,7 +1,7 @@
-//! Consumer group APIs: FindCoordinator (any broker; creates
-//! `__consumer_offsets` on first use), and the requests a group's coordinator
-//! answers (heartbeat, offset commit and fetch, list, describe, delete),
-//! routed to the shard that leads the group's `__consumer_offsets` partition.
+//! Consumer group APIs: the requests a group's coordinator answers
+//! (heartbeat, offset commit and fetch, list, describe, delete), routed to
+//! the shard that leads the group's `__consumer_offsets` partition
+//! (`coordinators`).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -10,105 +10,12 @@ use std::rc::Rc;
 use protocol::flatbuffers::{FlatBufferBuilder, WIPOffset};
 use protocol::{wire, ErrorCode, MemberEpoch};
 
-use super::metadata::split_endpoint;
+use super::coordinators::{coordinator_shard, CoordinatorKind};
 use super::{finish, parse, HandlerResult, Reply};
 use crate::group::coordinator::{CommitRequest, HeartbeatRequest};
 use crate::group::records::OffsetValue;
-use crate::group::{
-    offsets_partition_for, TopicPartition, GROUP_ID_BYTES_MAX, OFFSETS_TOPIC,
-    PARTITIONS_PER_REQUEST_MAX,
-};
+use crate::group::{TopicPartition, PARTITIONS_PER_REQUEST_MAX};
 use crate::shard::{GroupAnswer, GroupOp, OpError, Shard, ShardOp, ShardReply};
-
-fn check_group_id(group_id: &str) -> Result<(), OpError> {
-    if group_id.is_empty() || group_id.len() > GROUP_ID_BYTES_MAX {
-        return Err(OpError::new(
-            ErrorCode::InvalidGroupId,
-            format!("group id must be 1..={GROUP_ID_BYTES_MAX} bytes"),
-        ));
-    }
-    Ok(())
-}
-
-/// The coordinator of `group_id`: its broker and shard endpoint.
-async fn locate(shard: &Rc<Shard>, group_id: &str) -> Result<(i32, String, u16, u16), OpError> {
-    check_group_id(group_id)?;
-    if shard.view().topic(OFFSETS_TOPIC).is_none() {
-        match shard
-            .call(crate::shard::METADATA_SHARD, ShardOp::EnsureOffsetsTopic)
-            .await
-        {
-            ShardReply::Ensured(result) => result?,
-            other => {
-                return Err(OpError::new(
-                    ErrorCode::Unknown,
-                    format!("unexpected reply {other:?}"),
-                ))
-            }
-        }
-    }
-    let view = shard.view();
-    let not_available = |why: String| OpError::new(ErrorCode::CoordinatorNotAvailable, why);
-    let topic = view
-        .topic(OFFSETS_TOPIC)
-        .ok_or_else(|| not_available(format!("{OFFSETS_TOPIC} is being created")))?;
-    let count = u32::try_from(topic.partitions.len()).expect("partitions bounded");
-    if count == 0 {
-        return Err(not_available(format!("{OFFSETS_TOPIC} has no partitions")));
-    }
-    let partition = offsets_partition_for(group_id, count);
-    let record = &topic.partitions[partition.0 as usize];
-    let leader = record
-        .leader
-        .ok_or_else(|| not_available(format!("{OFFSETS_TOPIC}-{partition} has no leader")))?;
-    let replica = record.replica_on(leader).ok_or_else(|| {
-        not_available(format!(
-            "{OFFSETS_TOPIC}-{partition}: leader without replica"
-        ))
-    })?;
-    let broker = view
-        .brokers
-        .get(&leader)
-        .filter(|b| !b.fenced)
-        .ok_or_else(|| not_available(format!("broker {leader} is not live")))?;
-    let endpoint = broker
-        .endpoints
-        .shards
-        .get(usize::from(replica.shard.0))
-        .ok_or_else(|| not_available(format!("broker {leader} has no shard {}", replica.shard)))?;
-    let (host, port) = split_endpoint(endpoint);
-    Ok((
-        i32::try_from(leader.0).unwrap_or(-1),
-        host.to_string(),
-        port,
-        replica.shard.0,
-    ))
-}
-
-pub(super) async fn find_coordinator(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
-    let request = parse::<wire::FindCoordinatorRequest>(body)?;
-    let group_id = request.group_id().unwrap_or_default().to_string();
-    let result = locate(shard, &group_id).await;
-    let mut fbb = FlatBufferBuilder::new();
-    let (error_code, message, node_id, host, port, shard_index) = match result {
-        Ok((node, host, port, index)) => (0, String::new(), node, host, port, index),
-        Err(e) => (e.code.code(), e.message, -1, String::new(), 0, 0),
-    };
-    let error_message = fbb.create_string(&message);
-    let host = fbb.create_string(&host);
-    let root = wire::FindCoordinatorResponse::create(
-        &mut fbb,
-        &wire::FindCoordinatorResponseArgs {
-            error_code,
-            error_message: Some(error_message),
-            node_id,
-            host: Some(host),
-            port,
-            shard: shard_index,
-        },
-    );
-    body_reply(fbb, root)
-}
 
 /// Runs `op` on the shard of this broker that coordinates `group_id`.
 async fn on_coordinator(
@@ -116,27 +23,7 @@ async fn on_coordinator(
     group_id: &str,
     op: GroupOp,
 ) -> Result<GroupAnswer, OpError> {
-    check_group_id(group_id)?;
-    let partition = {
-        let view = shard.view();
-        let topic = view.topic(OFFSETS_TOPIC).ok_or_else(|| {
-            OpError::new(
-                ErrorCode::NotCoordinator,
-                format!("{OFFSETS_TOPIC} does not exist yet"),
-            )
-        })?;
-        let count = u32::try_from(topic.partitions.len()).expect("partitions bounded");
-        if count == 0 {
-            return Err(OpError::new(
-                ErrorCode::NotCoordinator,
-                format!("{OFFSETS_TOPIC} has no partitions"),
-            ));
-        }
-        i32::try_from(offsets_partition_for(group_id, count).0).expect("bounded")
-    };
-    let owner = shard
-        .owner(OFFSETS_TOPIC, partition)
-        .map_err(|e| OpError::new(ErrorCode::NotCoordinator, e.message))?;
+    let (partition, owner) = coordinator_shard(shard, CoordinatorKind::Group, group_id)?;
     match shard.call(owner, ShardOp::Group { partition, op }).await {
         ShardReply::Group(result) => result,
         other => Err(OpError::new(

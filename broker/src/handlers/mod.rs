@@ -5,6 +5,7 @@
 
 mod admin;
 mod api_versions;
+mod coordinators;
 pub mod fetch;
 mod groups;
 mod list_offsets;
@@ -12,6 +13,7 @@ mod metadata;
 mod produce;
 pub mod producers;
 pub mod transactions;
+mod txn_coordinator;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -84,7 +86,7 @@ pub async fn handle(
         ApiKey::Produce => produce::handle(shard, request.body, frame, request.payload).await,
         ApiKey::Fetch => fetch::handle(shard, request.body).await,
         ApiKey::ListOffsets => list_offsets::handle(shard, request.body).await,
-        ApiKey::FindCoordinator => groups::find_coordinator(shard, request.body).await,
+        ApiKey::FindCoordinator => coordinators::find_coordinator(shard, request.body).await,
         ApiKey::GroupHeartbeat => groups::heartbeat(shard, request.body, peer).await,
         ApiKey::OffsetCommit => groups::offset_commit(shard, request.body).await,
         ApiKey::OffsetFetch => groups::offset_fetch(shard, request.body).await,
@@ -94,6 +96,10 @@ pub async fn handle(
         ApiKey::DeleteGroupOffsets => groups::delete_group_offsets(shard, request.body).await,
         ApiKey::InitProducerId => producers::init_producer_id(shard, request.body).await,
         ApiKey::WriteTxnMarkers => transactions::write_txn_markers(shard, request.body).await,
+        ApiKey::AddPartitionsToTxn => txn_coordinator::add_partitions(shard, request.body).await,
+        ApiKey::EndTxn => txn_coordinator::end_txn(shard, request.body).await,
+        ApiKey::ListTransactions => txn_coordinator::list(shard, request.body).await,
+        ApiKey::DescribeTransaction => txn_coordinator::describe(shard, request.body).await,
     };
     let outcome = match result {
         Ok(Reply::Body { body, payload }) => {

@@ -55,18 +55,15 @@ pub(super) async fn handle(
                 },
                 frame.slice_ref(batch),
             );
-            let internal = name == crate::group::OFFSETS_TOPIC;
+            let internal = crate::shard::is_internal_topic(&name);
             tasks.push((
                 index,
                 runtime::spawn(async move {
                     if internal {
-                        // Only coordinators write group records there.
+                        // Only coordinators write there.
                         return Err(OpError::new(
                             ErrorCode::PolicyViolation,
-                            format!(
-                                "{} is internal: clients do not produce to it",
-                                crate::group::OFFSETS_TOPIC
-                            ),
+                            format!("{} is internal: clients do not produce to it", key.topic),
                         ));
                     }
                     let owner = owner?;

@@ -5,19 +5,18 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::{
-    controller_link, OpError, Shard, TopicOutcome, METADATA_SHARD, TOPIC_PROPAGATION_MS_MAX,
+    controller_link, is_internal_topic, OpError, Shard, TopicOutcome, METADATA_SHARD,
+    TOPIC_PROPAGATION_MS_MAX,
 };
 use crate::cluster_view::{topic_log_config, ClusterView, TopicSpec, TOPIC_CONFIGS_MAX};
 use crate::runtime;
 use protocol::control::messages::AlterTopicConfigSpec;
 use protocol::ErrorCode;
 
-use crate::group::OFFSETS_TOPIC;
-
 impl Shard {
     /// Shard 0 only: checks what it can, forwards the rest to the controller,
     /// then waits until this broker's metadata shows each created topic.
-    /// Topics named `__consumer_offsets` are refused: the broker creates it.
+    /// Internal topics (`is_internal_topic`) are refused: the broker creates them.
     pub(super) async fn create_topics(self: &Rc<Self>, specs: Vec<TopicSpec>) -> Vec<TopicOutcome> {
         self.create_topics_checked(specs, false).await
     }
@@ -33,7 +32,7 @@ impl Shard {
             specs,
             |s| &s.name,
             |spec| {
-                if spec.name == OFFSETS_TOPIC && !internal {
+                if is_internal_topic(&spec.name) && !internal {
                     return Some(internal_topic_refused(&spec.name));
                 }
                 spec.validate(&self.config.log)
@@ -58,7 +57,7 @@ impl Shard {
         let (mut outcomes, names) = check_each(
             names,
             |n| n,
-            |name| (name == OFFSETS_TOPIC).then(|| internal_topic_refused(name)),
+            |name| is_internal_topic(name).then(|| internal_topic_refused(name)),
         );
         if names.is_empty() {
             return outcomes;
@@ -84,7 +83,7 @@ impl Shard {
             specs,
             |s| &s.name,
             |spec| match self.view.borrow().topic(&spec.name) {
-                _ if spec.name == OFFSETS_TOPIC => Some(internal_topic_refused(&spec.name)),
+                _ if is_internal_topic(&spec.name) => Some(internal_topic_refused(&spec.name)),
                 None => Some(OpError::new(
                     ErrorCode::UnknownTopicOrPartition,
                     format!("unknown topic {}", spec.name),
@@ -165,6 +164,62 @@ fn check_each<S: Clone>(
         }
     }
     (outcomes, valid)
+}
+
+impl Shard {
+    /// The spec an internal topic is created with: compacted, its
+    /// replication factor capped by the live brokers, min.insync.replicas
+    /// 2 once it has 3 replicas.
+    pub(super) fn internal_topic_spec(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: u16,
+        segment_bytes: u64,
+    ) -> TopicSpec {
+        let live = self
+            .view
+            .borrow()
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .count()
+            .max(1);
+        let replication_factor = usize::from(replication_factor).min(live);
+        let min_insync = if replication_factor >= 3 { 2 } else { 1 };
+        TopicSpec {
+            name: name.to_string(),
+            partitions: i32::try_from(partitions).expect("bounded"),
+            replication_factor: i16::try_from(replication_factor).expect("bounded"),
+            configs: [
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("segment.bytes".to_string(), segment_bytes.to_string()),
+                (
+                    crate::cluster_view::MIN_INSYNC_REPLICAS.to_string(),
+                    min_insync.to_string(),
+                ),
+            ]
+            .into(),
+        }
+    }
+
+    /// Shard 0 only: creates an internal topic once (a concurrent creation
+    /// by another broker answers TOPIC_ALREADY_EXISTS, which is fine).
+    pub(super) async fn ensure_internal_topic(
+        self: &Rc<Self>,
+        spec: TopicSpec,
+    ) -> Result<(), OpError> {
+        assert_eq!(self.id, METADATA_SHARD, "topic admin runs on shard 0");
+        if self.view.borrow().topic(&spec.name).is_some() {
+            return Ok(());
+        }
+        let outcome = self.create_topics_checked(vec![spec], true).await;
+        match outcome.into_iter().next().and_then(|o| o.error) {
+            None => Ok(()),
+            Some(e) if e.code == ErrorCode::TopicAlreadyExists => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
 }
 
 fn internal_topic_refused(name: &str) -> OpError {

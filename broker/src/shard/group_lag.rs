@@ -14,7 +14,7 @@ use bytes::Bytes;
 use protocol::replica_fetch::{decode_fetch_response, encode_consumer_fetch};
 use protocol::{ApiKey, Offset, RecordBatch};
 
-use super::{groups::SlotState, Isolation, Shard, ShardOp, ShardReply};
+use super::{Isolation, Shard, ShardOp, ShardReply};
 use crate::log::config::STORED_BATCH_BYTES_MAX;
 use crate::partition::PartitionKey;
 use crate::runtime;
@@ -47,7 +47,7 @@ impl Shard {
                 self.config.groups.lag_probe_interval_ms,
             ))
             .await;
-            if self.coordinators.borrow().is_empty() {
+            if self.coordinators.is_empty() {
                 continue;
             }
             self.refresh_group_lag().await;
@@ -56,10 +56,7 @@ impl Shard {
 
     async fn refresh_group_lag(self: &Rc<Self>) {
         let mut targets: Vec<(LagKey, i64)> = Vec::new();
-        for slot in self.coordinators.borrow().values() {
-            let SlotState::Active(core) = &*slot.state.borrow() else {
-                continue;
-            };
+        self.coordinators.for_each_active(|core| {
             for summary in core.list_groups() {
                 let Ok(description) = core.describe_group(&summary.group_id) else {
                     continue;
@@ -71,7 +68,7 @@ impl Shard {
                     }
                 }
             }
-        }
+        });
         let mut peers: HashMap<String, PeerConnection> = HashMap::new();
         let mut samples = HashMap::new();
         for (key, committed) in targets {

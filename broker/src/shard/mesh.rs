@@ -157,6 +157,16 @@ pub enum ShardOp {
     EnsureOffsetsTopic,
     /// To shard 0: a producer id from this broker's block.
     NextProducerId,
+    /// To the shard leading the transactional id's `__transaction_state`
+    /// partition.
+    Txn {
+        partition: i32,
+        op: super::txn_coordinators::TxnOp,
+    },
+    /// The transactional ids of every transaction coordinator on the shard.
+    ListTransactions,
+    /// Creates `__transaction_state` if it does not exist yet.
+    EnsureTxnTopic,
 }
 
 #[derive(Debug)]
@@ -176,6 +186,8 @@ pub enum ShardReply {
     Groups(Vec<crate::group::coordinator::GroupSummary>),
     Ensured(Result<(), OpError>),
     ProducerId(Result<protocol::ProducerId, OpError>),
+    Txn(Result<super::TxnAnswer, OpError>),
+    Transactions(Vec<(String, crate::txn::records::TxnMetadata)>),
 }
 
 /// A message on the mesh.
@@ -361,6 +373,9 @@ impl Shard {
             ShardOp::ListGroups => ShardReply::Groups(self.list_local_groups()),
             ShardOp::EnsureOffsetsTopic => ShardReply::Ensured(self.ensure_offsets_topic().await),
             ShardOp::NextProducerId => ShardReply::ProducerId(self.next_producer_id().await),
+            ShardOp::Txn { partition, op } => ShardReply::Txn(self.txn_call(partition, op).await),
+            ShardOp::ListTransactions => ShardReply::Transactions(self.list_local_transactions()),
+            ShardOp::EnsureTxnTopic => ShardReply::Ensured(self.ensure_txn_topic().await),
         }
     }
 }

@@ -12,10 +12,10 @@
 //! side), `replica` (roles, opening and removing), `reconcile` (metadata to
 //! replicas), `admin` (topic admin on shard 0), `controller_link` (shard 0's
 //! session with the controller), `maintenance` (periodic log work and ISR
-//! checks), `cleaner` (compaction of compacted topics), `groups` (the
-//! consumer group coordinators of the `__consumer_offsets` partitions the
-//! shard leads). The decisions they
-//! act on are pure functions in `crate::replication`, `crate::cluster_view`
+//! checks), `cleaner` (compaction of compacted topics), `groups` and
+//! `txn_coordinators` (the consumer group and transaction coordinators of
+//! the `__consumer_offsets` and `__transaction_state` partitions the shard
+//! leads, both hosted as `hosted` describes). The decisions they act on are pure functions in `crate::replication`, `crate::cluster_view`
 //! and `crate::log::compaction`.
 
 mod admin;
@@ -27,12 +27,14 @@ pub mod fetcher;
 mod follower;
 mod group_lag;
 pub mod groups;
+mod hosted;
 mod maintenance;
 mod mesh;
 mod produce;
 mod producer_ids;
 mod reconcile;
 mod replica;
+pub mod txn_coordinators;
 
 use std::cell::{Cell, Ref, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -60,6 +62,7 @@ pub use mesh::{
 };
 pub use reconcile::{desired_replicas, DesiredReplica};
 pub use replica::Replica;
+pub use txn_coordinators::{TxnAnswer, TxnOp};
 
 pub use crate::replication::leader::FollowerFetch as ReplicaFetch;
 pub use crate::replication::role::Role;
@@ -82,6 +85,12 @@ pub const RETENTION_CHECK_MS: u64 = 5_000;
 /// longer than any transaction timeout a coordinator allows (15 min), so
 /// only transactions no coordinator will end are.
 pub const TXN_HANGING_MS: i64 = 20 * 60 * 1000;
+
+/// Topics only the broker's coordinators write: clients cannot create,
+/// delete, reconfigure or produce to them.
+pub fn is_internal_topic(name: &str) -> bool {
+    name == crate::group::OFFSETS_TOPIC || name == crate::txn::TXN_STATE_TOPIC
+}
 
 #[derive(Debug)]
 pub struct Shard {
@@ -119,10 +128,10 @@ pub struct Shard {
     /// Leader shard endpoints this shard runs a follower fetcher for.
     fetchers: RefCell<std::collections::HashSet<String>>,
     /// Group coordinators, by the `__consumer_offsets` partition they serve.
-    coordinators: RefCell<HashMap<i32, Rc<groups::CoordinatorSlot>>>,
-    /// Partitions whose coordinator failed to write: not reloaded before
-    /// this monotonic time.
-    coordinator_reload_after: RefCell<HashMap<i32, Duration>>,
+    coordinators: hosted::Slots<crate::group::coordinator::GroupCoordinator>,
+    /// Transaction coordinators, by the `__transaction_state` partition
+    /// they serve.
+    txn_coordinators: hosted::Slots<crate::txn::coordinator::TxnCoordinator>,
     /// The lag of this shard's groups, as last probed.
     group_lag: RefCell<HashMap<group_lag::LagKey, group_lag::LagSample>>,
     /// On shard 0: what is left of this broker's block of producer ids.
@@ -162,8 +171,8 @@ impl Shard {
             serving: Watermark::new(0),
             shutting_down: Cell::new(false),
             fetchers: RefCell::new(std::collections::HashSet::new()),
-            coordinators: RefCell::new(HashMap::new()),
-            coordinator_reload_after: RefCell::new(HashMap::new()),
+            coordinators: hosted::Slots::default(),
+            txn_coordinators: hosted::Slots::default(),
             group_lag: RefCell::new(HashMap::new()),
             producer_ids: producer_ids::ProducerIdBlock::default(),
             producer_id_gate: SerialGate::new(),

@@ -67,7 +67,8 @@ impl Shard {
     pub(super) async fn after_view_change(self: &Rc<Self>, broker_epoch: u64) {
         self.reconcile().await;
         self.ensure_fetchers();
-        self.sync_coordinators();
+        self.sync_hosted::<crate::group::coordinator::GroupCoordinator>();
+        self.sync_hosted::<crate::txn::coordinator::TxnCoordinator>();
         self.reconciled_version.set(self.view.borrow().version.0);
         let me = self.broker_id();
         if !self.is_serving()

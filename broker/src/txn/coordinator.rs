@@ -57,6 +57,8 @@ pub enum TxnError {
     InvalidTxnState(String),
     #[error("this coordinator already holds {0} transactional ids")]
     CoordinatorFull(usize),
+    #[error("no transactional id {0:?} here")]
+    NotFound(String),
 }
 
 impl TxnError {
@@ -69,6 +71,7 @@ impl TxnError {
             TxnError::InvalidProducerIdMapping { .. } => ErrorCode::InvalidProducerIdMapping,
             TxnError::InvalidTxnState(_) => ErrorCode::InvalidTxnState,
             TxnError::CoordinatorFull(_) => ErrorCode::CoordinatorNotAvailable,
+            TxnError::NotFound(_) => ErrorCode::TransactionalIdNotFound,
         }
     }
 }

@@ -53,6 +53,24 @@ enum Command {
     /// List, describe, reset or delete consumer groups.
     #[command(subcommand)]
     Group(GroupCommand),
+    /// List or describe transactional ids and their transactions.
+    #[command(subcommand)]
+    Transaction(TransactionCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum TransactionCommand {
+    /// Every transactional id of the cluster: id, state, producer id and
+    /// epoch, partitions in the open transaction.
+    List {
+        /// Only ids in this state (Empty, Ongoing, PrepareCommit,
+        /// PrepareAbort, CompleteCommit, CompleteAbort); repeatable.
+        #[arg(long = "state")]
+        states: Vec<String>,
+    },
+    /// One id: state, producer id and epoch, timeout, when the open
+    /// transaction began and its partitions.
+    Describe { transactional_id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -296,6 +314,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             None => consume(cluster, args).await,
         },
         Command::Group(command) => group(Admin::from_cluster(cluster), command).await,
+        Command::Transaction(command) => transaction(Admin::from_cluster(cluster), command).await,
         Command::Cluster(_) => unreachable!("answered above"),
     }
 }
@@ -689,6 +708,53 @@ async fn group(admin: Admin, command: GroupCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+async fn transaction(admin: Admin, command: TransactionCommand) -> anyhow::Result<()> {
+    match command {
+        TransactionCommand::List { states } => {
+            let states: Vec<&str> = states.iter().map(String::as_str).collect();
+            let list = admin
+                .list_transactions(&states)
+                .await
+                .context("listing transactions")?;
+            for t in list {
+                println!(
+                    "{}\tstate={}\tproducer_id={}\tepoch={}\tpartitions={}",
+                    t.transactional_id,
+                    t.state,
+                    t.producer_id,
+                    t.producer_epoch,
+                    t.partitions.len()
+                );
+            }
+        }
+        TransactionCommand::Describe { transactional_id } => {
+            let t = admin
+                .describe_transaction(&transactional_id)
+                .await
+                .with_context(|| format!("describing transactional id `{transactional_id}`"))?;
+            print!("{}", render_transaction(&t));
+        }
+    }
+    Ok(())
+}
+
+fn render_transaction(t: &client::messages::TransactionDescription) -> String {
+    let mut out = format!(
+        "transactional_id\t{}\nstate\t{}\nproducer_id\t{}\nproducer_epoch\t{}\ntimeout_ms\t{}\nstart_ms\t{}\n",
+        t.transactional_id,
+        t.state,
+        t.producer_id,
+        t.producer_epoch,
+        t.timeout_ms,
+        if t.start_ms < 0 { "-".to_owned() } else { t.start_ms.to_string() },
+    );
+    out.push_str("topic\tpartition\n");
+    for tp in &t.partitions {
+        out.push_str(&format!("{}\t{}\n", tp.topic, tp.partition));
+    }
+    out
 }
 
 fn or_dash(value: Option<impl std::fmt::Display>) -> String {

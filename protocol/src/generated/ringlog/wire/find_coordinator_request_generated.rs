@@ -19,6 +19,7 @@ impl<'a> ::flatbuffers::Follow<'a> for FindCoordinatorRequest<'a> {
 
 impl<'a> FindCoordinatorRequest<'a> {
   pub const VT_GROUP_ID: ::flatbuffers::VOffsetT = 4;
+  pub const VT_KEY_TYPE: ::flatbuffers::VOffsetT = 6;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -31,6 +32,7 @@ impl<'a> FindCoordinatorRequest<'a> {
   ) -> ::flatbuffers::WIPOffset<FindCoordinatorRequest<'bldr>> {
     let mut builder = FindCoordinatorRequestBuilder::new(_fbb);
     if let Some(x) = args.group_id { builder.add_group_id(x); }
+    builder.add_key_type(args.key_type);
     builder.finish()
   }
 
@@ -42,6 +44,13 @@ impl<'a> FindCoordinatorRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(FindCoordinatorRequest::VT_GROUP_ID, None)}
   }
+  #[inline]
+  pub fn key_type(&self) -> u8 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u8>(FindCoordinatorRequest::VT_KEY_TYPE, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for FindCoordinatorRequest<'_> {
@@ -51,18 +60,21 @@ impl ::flatbuffers::Verifiable for FindCoordinatorRequest<'_> {
   ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
     v.visit_table(pos)?
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("group_id", Self::VT_GROUP_ID, false)?
+     .visit_field::<u8>("key_type", Self::VT_KEY_TYPE, false)?
      .finish();
     Ok(())
   }
 }
 pub struct FindCoordinatorRequestArgs<'a> {
     pub group_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub key_type: u8,
 }
 impl<'a> Default for FindCoordinatorRequestArgs<'a> {
   #[inline]
   fn default() -> Self {
     FindCoordinatorRequestArgs {
       group_id: None,
+      key_type: 0,
     }
   }
 }
@@ -75,6 +87,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FindCoordinatorRequestBuilder
   #[inline]
   pub fn add_group_id(&mut self, group_id: ::flatbuffers::WIPOffset<&'b  str>) {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(FindCoordinatorRequest::VT_GROUP_ID, group_id);
+  }
+  #[inline]
+  pub fn add_key_type(&mut self, key_type: u8) {
+    self.fbb_.push_slot::<u8>(FindCoordinatorRequest::VT_KEY_TYPE, key_type, 0);
   }
   #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> FindCoordinatorRequestBuilder<'a, 'b, A> {
@@ -95,6 +111,7 @@ impl ::core::fmt::Debug for FindCoordinatorRequest<'_> {
   fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
     let mut ds = f.debug_struct("FindCoordinatorRequest");
       ds.field("group_id", &self.group_id());
+      ds.field("key_type", &self.key_type());
       ds.finish()
   }
 }

@@ -1,0 +1,169 @@
+//! A transactional producer's side of the transaction protocol: where the
+//! producer stands (`TxnPhase`), which partitions the open transaction has
+//! written (added to it at the coordinator before their first batch is
+//! sent), and the coordinator calls (InitProducerId, AddPartitionsToTxn,
+//! EndTxn), each retried while the coordinator moves or is still finishing
+//! the previous transaction (CONCURRENT_TRANSACTIONS).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use protocol::{ApiKey, ErrorCode};
+
+use crate::accumulator::{ProducerIdentity, TopicPartition};
+use crate::cluster::Cluster;
+use crate::coordinator::{Coordinator, RetryPolicy};
+use crate::error::{ClientError, Result};
+use crate::messages;
+
+/// Pause between retries of a call the coordinator answered
+/// CONCURRENT_TRANSACTIONS (the previous transaction's markers are still
+/// being written), doubled up to `CONCURRENT_RETRY_MS_MAX`.
+const CONCURRENT_RETRY_MS: u64 = 10;
+const CONCURRENT_RETRY_MS_MAX: u64 = 500;
+
+/// Where a transactional producer stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TxnPhase {
+    /// `init_transactions` has not succeeded yet.
+    Uninitialized,
+    /// Between transactions.
+    Ready,
+    /// `begin_transaction` was called: records may be sent.
+    InTransaction,
+    /// Another instance took the transactional id over, or the id's
+    /// producer was refused for good: the producer must be closed.
+    Fenced(String),
+}
+
+/// What the producer handle and its background task share.
+#[derive(Debug)]
+pub struct TxnShared {
+    pub phase: TxnPhase,
+    /// Partitions the open transaction was extended to at the coordinator.
+    pub added: BTreeSet<TopicPartition>,
+    /// Why the open transaction cannot commit (a batch failed for good, or
+    /// a partition could not be added): it must be aborted.
+    pub failure: Option<ClientError>,
+    /// The identity the coordinator gave last.
+    pub identity: Option<ProducerIdentity>,
+}
+
+/// One transactional id's coordinator calls and shared state.
+#[derive(Clone, Debug)]
+pub struct TransactionManager {
+    coordinator: Coordinator,
+    transactional_id: String,
+    timeout_ms: u32,
+    wait_ms_max: u64,
+    shared: Arc<Mutex<TxnShared>>,
+}
+
+impl TransactionManager {
+    pub fn new(cluster: Cluster, transactional_id: &str, timeout_ms: u32) -> TransactionManager {
+        let policy = RetryPolicy::default();
+        TransactionManager {
+            coordinator: Coordinator::for_transaction(cluster, transactional_id, policy),
+            transactional_id: transactional_id.to_owned(),
+            timeout_ms,
+            wait_ms_max: policy.wait_ms_max,
+            shared: Arc::new(Mutex::new(TxnShared {
+                phase: TxnPhase::Uninitialized,
+                added: BTreeSet::new(),
+                failure: None,
+                identity: None,
+            })),
+        }
+    }
+
+    pub fn transactional_id(&self) -> &str {
+        &self.transactional_id
+    }
+
+    pub fn shared(&self) -> MutexGuard<'_, TxnShared> {
+        self.shared.lock().expect("transaction state lock")
+    }
+
+    /// Sends one request to the coordinator, again while it answers
+    /// CONCURRENT_TRANSACTIONS, within the retry policy's wait.
+    async fn call<T>(
+        &self,
+        api: ApiKey,
+        body: &[u8],
+        decode: impl Fn(&[u8]) -> Result<T>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + Duration::from_millis(self.wait_ms_max);
+        let mut pause_ms = CONCURRENT_RETRY_MS;
+        loop {
+            match self.coordinator.call(api, body, &decode).await {
+                Err(ClientError::Broker {
+                    code: ErrorCode::ConcurrentTransactions,
+                    ..
+                }) if Instant::now() + Duration::from_millis(pause_ms) < deadline => {
+                    tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                    pause_ms = (pause_ms * 2).min(CONCURRENT_RETRY_MS_MAX);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The id's producer id and a new epoch (fencing earlier instances).
+    pub async fn init(&self) -> Result<ProducerIdentity> {
+        let body = messages::init_producer_id_request(Some((
+            self.transactional_id.as_str(),
+            self.timeout_ms,
+        )));
+        let (id, epoch) = self
+            .call(
+                ApiKey::InitProducerId,
+                &body,
+                messages::init_producer_id_response,
+            )
+            .await?;
+        Ok(ProducerIdentity { id, epoch })
+    }
+
+    pub async fn add_partitions(
+        &self,
+        identity: ProducerIdentity,
+        partitions: &[TopicPartition],
+    ) -> Result<()> {
+        let body = messages::add_partitions_to_txn_request(
+            &self.transactional_id,
+            (identity.id, identity.epoch),
+            partitions,
+        );
+        self.call(
+            ApiKey::AddPartitionsToTxn,
+            &body,
+            messages::add_partitions_to_txn_response,
+        )
+        .await
+    }
+
+    pub async fn end(&self, identity: ProducerIdentity, commit: bool) -> Result<()> {
+        let body = messages::end_txn_request(
+            &self.transactional_id,
+            (identity.id, identity.epoch),
+            commit,
+        );
+        self.call(ApiKey::EndTxn, &body, messages::end_txn_response)
+            .await
+    }
+}
+
+/// Whether an error means another instance owns the transactional id now.
+pub fn is_fencing(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Broker {
+            code: ErrorCode::ProducerFenced
+                | ErrorCode::InvalidProducerEpoch
+                | ErrorCode::InvalidProducerIdMapping
+                | ErrorCode::TransactionCoordinatorFenced,
+            ..
+        }
+    )
+}
