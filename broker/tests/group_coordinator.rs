@@ -359,6 +359,78 @@ fn offsets_of_empty_groups_expire() {
     assert_eq!(c.group_count(), 0);
 }
 
+#[test]
+fn transactional_offsets_apply_at_the_commit_marker_only() {
+    // Proves offsets committed inside a transaction are invisible until the
+    // commit marker, vanish at an abort marker, are checked as a plain
+    // commit is, and that a coordinator replaying the same records and
+    // markers (a reload) ends in the same state.
+    let config = CoordinatorConfig {
+        offsets_retention_ms: 3_600_000,
+    };
+    let mut c = GroupCoordinator::new(config.clone(), topics(2));
+    let offsets = |offset: i64| CommitRequest {
+        group_id: "g".into(),
+        member_id: String::new(),
+        member_epoch: MemberEpoch::LEAVE,
+        offsets: vec![(TopicPartition::new("t", 0), offset, String::new())],
+    };
+    let committed = |c: &GroupCoordinator| {
+        c.fetch_offsets("g", None)
+            .map(|o| {
+                o.into_iter()
+                    .map(|(_, v)| v.map(|v| v.offset))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    enum Logged {
+        Record(i64, GroupRecord),
+        Marker(i64, bool),
+    }
+    let mut log = Vec::new();
+    let first = c.txn_commit(&offsets(10), 7, now(0));
+    first.response.unwrap();
+    log.extend(first.records.into_iter().map(|r| Logged::Record(7, r)));
+    assert!(
+        committed(&c).iter().all(Option::is_none),
+        "pending until the marker"
+    );
+    c.complete_txn(7, true, now(1));
+    log.push(Logged::Marker(7, true));
+    assert_eq!(committed(&c), [Some(10)]);
+    let second = c.txn_commit(&offsets(20), 7, now(2));
+    log.extend(second.records.into_iter().map(|r| Logged::Record(7, r)));
+    c.complete_txn(7, false, now(3));
+    log.push(Logged::Marker(7, false));
+    assert_eq!(
+        committed(&c),
+        [Some(10)],
+        "an aborted transaction's offsets vanish"
+    );
+    c.complete_txn(7, true, now(4));
+    assert_eq!(
+        committed(&c),
+        [Some(10)],
+        "a repeated marker changes nothing"
+    );
+    assert_eq!(c.pending_txn_offsets(), 0);
+    // Checked as plain commits: an unknown partition is refused.
+    let mut bad = offsets(1);
+    bad.offsets[0].0 = TopicPartition::new("t", 9);
+    assert!(c.txn_commit(&bad, 8, now(5)).response.is_err());
+    // A reload replays the same log.
+    let mut reloaded = GroupCoordinator::new(config, topics(2));
+    for entry in &log {
+        match entry {
+            Logged::Record(p, r) => reloaded.replay_txn(*p, r),
+            Logged::Marker(p, commit) => reloaded.complete_txn(*p, *commit, now(6)),
+        }
+    }
+    assert_eq!(committed(&reloaded), [Some(10)]);
+    assert!(reloaded.same_state(&c));
+}
+
 // ---- Property test against a client model ----
 
 #[derive(Clone, Debug)]

@@ -148,6 +148,16 @@ impl GroupConsumer {
         self.membership.member_epoch()
     }
 
+    /// What a transactional producer needs to commit this member's
+    /// offsets in its transaction (`Producer::send_offsets_to_transaction`).
+    pub fn group_metadata(&self) -> crate::messages::ConsumerGroupMetadata {
+        crate::messages::ConsumerGroupMetadata {
+            group_id: self.group_id().to_owned(),
+            member_id: self.member_id().to_owned(),
+            member_epoch: self.member_epoch(),
+        }
+    }
+
     /// Sets the topics to read (replacing any earlier subscription). The
     /// member joins, or sends the change, on the next `poll`.
     pub fn subscribe(&mut self, topics: &[String]) -> Result<()> {

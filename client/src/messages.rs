@@ -866,6 +866,74 @@ pub fn add_partitions_to_txn_response(body: &[u8]) -> Result<()> {
     check_error(response.error_code(), response.error_message())
 }
 
+pub fn add_offsets_to_txn_request(
+    transactional_id: &str,
+    producer: (ProducerId, ProducerEpoch),
+    group_id: &str,
+) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let id = Some(fbb.create_string(transactional_id));
+    let group_id = Some(fbb.create_string(group_id));
+    let request = wire::AddOffsetsToTxnRequest::create(
+        &mut fbb,
+        &wire::AddOffsetsToTxnRequestArgs {
+            transactional_id: id,
+            producer_id: producer.0 .0,
+            producer_epoch: producer.1 .0,
+            group_id,
+        },
+    );
+    finish(fbb, request)
+}
+
+pub fn add_offsets_to_txn_response(body: &[u8]) -> Result<()> {
+    let response = root::<wire::AddOffsetsToTxnResponse>(body, "add offsets to txn response")?;
+    check_error(response.error_code(), response.error_message())
+}
+
+/// A consumer group member's offsets, committed in a producer's
+/// transaction (to the group's coordinator).
+pub fn txn_offset_commit_request(
+    transactional_id: &str,
+    producer: (ProducerId, ProducerEpoch),
+    group: &ConsumerGroupMetadata,
+    offsets: &BTreeMap<TopicPartition, i64>,
+) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let topics = Some(commit_topics(&mut fbb, offsets));
+    let id = Some(fbb.create_string(transactional_id));
+    let group_id = Some(fbb.create_string(&group.group_id));
+    let member_id = Some(fbb.create_string(&group.member_id));
+    let request = wire::TxnOffsetCommitRequest::create(
+        &mut fbb,
+        &wire::TxnOffsetCommitRequestArgs {
+            transactional_id: id,
+            group_id,
+            producer_id: producer.0 .0,
+            producer_epoch: producer.1 .0,
+            member_id,
+            member_epoch: group.member_epoch.0,
+            topics,
+        },
+    );
+    finish(fbb, request)
+}
+
+pub fn txn_offset_commit_response(body: &[u8]) -> Result<()> {
+    let response = root::<wire::TxnOffsetCommitResponse>(body, "txn offset commit response")?;
+    check_error(response.error_code(), response.error_message())
+}
+
+/// Who commits a group's offsets in a transaction: the group and the
+/// member (id and epoch) whose records were processed, so a fenced member's
+/// transaction cannot commit offsets over the partitions' new owners.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerGroupMetadata {
+    pub group_id: String,
+    pub member_id: String,
+    pub member_epoch: MemberEpoch,
+}
+
 pub fn end_txn_request(
     transactional_id: &str,
     producer: (ProducerId, ProducerEpoch),
@@ -1112,13 +1180,11 @@ pub fn group_heartbeat_response(body: &[u8]) -> Result<HeartbeatResponse> {
 
 /// A member commits with its id and epoch; a tool with an empty id and
 /// `MemberEpoch::LEAVE` (-1), accepted only by a group without members.
-pub fn offset_commit_request(
-    group_id: &str,
-    member_id: &str,
-    member_epoch: MemberEpoch,
+/// The offsets of an OffsetCommit or TxnOffsetCommit request, by topic.
+fn commit_topics<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
     offsets: &BTreeMap<TopicPartition, i64>,
-) -> Vec<u8> {
-    let mut fbb = FlatBufferBuilder::new();
+) -> WIPOffset<Vector<'a, ForwardsUOffset<wire::OffsetCommitTopic<'a>>>> {
     let mut topics = Vec::new();
     let mut entries = offsets.iter().peekable();
     while let Some((first, _)) = entries.peek() {
@@ -1126,7 +1192,7 @@ pub fn offset_commit_request(
         let mut partitions = Vec::new();
         while let Some((tp, offset)) = entries.next_if(|(tp, _)| tp.topic == topic) {
             partitions.push(wire::OffsetCommitPartition::create(
-                &mut fbb,
+                fbb,
                 &wire::OffsetCommitPartitionArgs {
                     partition: tp.partition,
                     offset: *offset,
@@ -1137,11 +1203,21 @@ pub fn offset_commit_request(
         let name = Some(fbb.create_string(&topic));
         let partitions = Some(fbb.create_vector(&partitions));
         topics.push(wire::OffsetCommitTopic::create(
-            &mut fbb,
+            fbb,
             &wire::OffsetCommitTopicArgs { name, partitions },
         ));
     }
-    let topics = Some(fbb.create_vector(&topics));
+    fbb.create_vector(&topics)
+}
+
+pub fn offset_commit_request(
+    group_id: &str,
+    member_id: &str,
+    member_epoch: MemberEpoch,
+    offsets: &BTreeMap<TopicPartition, i64>,
+) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let topics = Some(commit_topics(&mut fbb, offsets));
     let group_id = Some(fbb.create_string(group_id));
     let member_id = Some(fbb.create_string(member_id));
     let request = wire::OffsetCommitRequest::create(

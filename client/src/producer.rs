@@ -16,6 +16,7 @@
 //! read_committed consumers see them only once committed (see
 //! `transaction.rs`).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +33,7 @@ use crate::accumulator::{Accumulator, ProducerIdentity, SealedBatch, TopicPartit
 use crate::cluster::Cluster;
 use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::error::{ClientError, Result};
-use crate::messages::{self, ProduceEntry, ProduceOutcome};
+use crate::messages::{self, ConsumerGroupMetadata, ProduceEntry, ProduceOutcome};
 use crate::partitioner::{partition_for_key, Partitioner};
 pub use crate::record::Header;
 use crate::transaction::{is_fencing, TransactionManager, TxnPhase};
@@ -333,6 +334,7 @@ impl Producer {
         let mut shared = txn.shared();
         shared.phase = TxnPhase::Ready;
         shared.added.clear();
+        shared.offsets_added = false;
         shared.failure = None;
         Ok(())
     }
@@ -350,6 +352,7 @@ impl Producer {
         }
         shared.phase = TxnPhase::InTransaction;
         shared.added.clear();
+        shared.offsets_added = false;
         shared.failure = None;
         Ok(())
     }
@@ -374,7 +377,11 @@ impl Producer {
         self.flush().await?;
         let (identity, partitions, failure) = {
             let shared = txn.shared();
-            (shared.identity, shared.added.len(), shared.failure.clone())
+            (
+                shared.identity,
+                shared.added.len() + usize::from(shared.offsets_added),
+                shared.failure.clone(),
+            )
         };
         if let Some(failure) = failure {
             return Err(ClientError::InvalidTransactionState(format!(
@@ -391,6 +398,32 @@ impl Producer {
             }
         }
         txn.shared().phase = TxnPhase::Ready;
+        Ok(())
+    }
+
+    /// Commits a consumer group's offsets (the next offset to read, per
+    /// partition) as part of the open transaction: they take effect only if
+    /// it commits, so records consumed, transformed and produced in one
+    /// transaction are never processed twice nor skipped. `group` is the
+    /// consuming member's (`GroupConsumer::group_metadata`): a member
+    /// fenced from the group cannot commit over the new owners.
+    pub async fn send_offsets_to_transaction(
+        &self,
+        offsets: &BTreeMap<TopicPartition, i64>,
+        group: &ConsumerGroupMetadata,
+    ) -> Result<()> {
+        let txn = self.in_transaction()?;
+        let identity = txn.shared().identity.ok_or_else(no_identity)?;
+        if let Err(error) = txn.commit_offsets(identity, group, offsets).await {
+            let mut shared = txn.shared();
+            if is_fencing(&error) {
+                shared.phase = TxnPhase::Fenced(error.to_string());
+            }
+            shared.failure.get_or_insert(error.clone());
+            return Err(error);
+        }
+        // The offsets partition takes a marker like any other.
+        txn.shared().offsets_added = true;
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 //! EndTxn), each retried while the coordinator moves or is still finishing
 //! the previous transaction (CONCURRENT_TRANSACTIONS).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use crate::accumulator::{ProducerIdentity, TopicPartition};
 use crate::cluster::Cluster;
 use crate::coordinator::{Coordinator, RetryPolicy};
 use crate::error::{ClientError, Result};
-use crate::messages;
+use crate::messages::{self, ConsumerGroupMetadata};
 
 /// Pause between retries of a call the coordinator answered
 /// CONCURRENT_TRANSACTIONS (the previous transaction's markers are still
@@ -48,11 +48,14 @@ pub struct TxnShared {
     pub failure: Option<ClientError>,
     /// The identity the coordinator gave last.
     pub identity: Option<ProducerIdentity>,
+    /// A group's offsets were committed in the open transaction.
+    pub offsets_added: bool,
 }
 
 /// One transactional id's coordinator calls and shared state.
 #[derive(Clone, Debug)]
 pub struct TransactionManager {
+    cluster: Cluster,
     coordinator: Coordinator,
     transactional_id: String,
     timeout_ms: u32,
@@ -64,7 +67,8 @@ impl TransactionManager {
     pub fn new(cluster: Cluster, transactional_id: &str, timeout_ms: u32) -> TransactionManager {
         let policy = RetryPolicy::default();
         TransactionManager {
-            coordinator: Coordinator::for_transaction(cluster, transactional_id, policy),
+            coordinator: Coordinator::for_transaction(cluster.clone(), transactional_id, policy),
+            cluster,
             transactional_id: transactional_id.to_owned(),
             timeout_ms,
             wait_ms_max: policy.wait_ms_max,
@@ -73,6 +77,7 @@ impl TransactionManager {
                 added: BTreeSet::new(),
                 failure: None,
                 identity: None,
+                offsets_added: false,
             })),
         }
     }
@@ -139,6 +144,46 @@ impl TransactionManager {
             ApiKey::AddPartitionsToTxn,
             &body,
             messages::add_partitions_to_txn_response,
+        )
+        .await
+    }
+
+    /// Commits `group`'s `offsets` in the open transaction: the group's
+    /// offsets partition joins the transaction (AddOffsetsToTxn), then the
+    /// group's coordinator holds the offsets until the marker
+    /// (TxnOffsetCommit).
+    pub async fn commit_offsets(
+        &self,
+        identity: ProducerIdentity,
+        group: &ConsumerGroupMetadata,
+        offsets: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<()> {
+        let body = messages::add_offsets_to_txn_request(
+            &self.transactional_id,
+            (identity.id, identity.epoch),
+            &group.group_id,
+        );
+        self.call(
+            ApiKey::AddOffsetsToTxn,
+            &body,
+            messages::add_offsets_to_txn_response,
+        )
+        .await?;
+        let body = messages::txn_offset_commit_request(
+            &self.transactional_id,
+            (identity.id, identity.epoch),
+            group,
+            offsets,
+        );
+        Coordinator::new(
+            self.cluster.clone(),
+            &group.group_id,
+            RetryPolicy::default(),
+        )
+        .call(
+            ApiKey::TxnOffsetCommit,
+            &body,
+            messages::txn_offset_commit_response,
         )
         .await
     }

@@ -94,9 +94,15 @@ async fn read_topic(
     count: i32,
     isolation: IsolationLevel,
 ) -> BTreeMap<i32, Vec<String>> {
-    read_topic_once(bootstrap, topic, count, isolation)
-        .await
-        .unwrap()
+    // A broker just restarted may not serve every partition yet.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match read_topic_once(bootstrap, topic, count, isolation).await {
+            Ok(read) => return read,
+            Err(e) => assert!(Instant::now() < deadline, "reading {topic}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// One read of the whole topic; an error when a broker the read needs is
@@ -182,6 +188,22 @@ fn cli(bootstrap: &str, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
+/// Runs the CLI until its output contains `needle` (within 20 s).
+async fn await_cli(bootstrap: &str, args: &[&str], needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = cli(bootstrap, args);
+        if out.contains(needle) {
+            return out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{args:?} never showed {needle:?}: {out}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn strings(values: &[&str]) -> Vec<String> {
     let mut out: Vec<String> = values.iter().map(|s| s.to_string()).collect();
     out.sort();
@@ -262,31 +284,31 @@ async fn transactions_commit_abort_fence_and_time_out() {
     expected.extend(strings(&["s1", "s2"]));
     expected.sort();
     await_committed(&bootstrap, &expected).await;
-    let listed = cli(&bootstrap, &["transaction", "list"]);
-    assert!(
-        listed.contains("tx-a\tstate=CompleteCommit"),
-        "listed: {listed}"
-    );
+    // Complete is written once every marker is in, just after readers see
+    // them.
+    await_cli(
+        &bootstrap,
+        &["transaction", "list"],
+        "tx-a\tstate=CompleteCommit",
+    )
+    .await;
 
     // A transaction left open past its timeout is aborted by the
     // coordinator, which releases read_committed readers.
-    let stalled = transactional(&bootstrap, "tx-stalled", 1_000).await;
+    let stalled = transactional(&bootstrap, "tx-stalled", 5_000).await;
     stalled.init_transactions().await.unwrap();
     stalled.begin_transaction().unwrap();
     send(&stalled, &["t1", "t2"]).await.unwrap();
     let describe = cli(&bootstrap, &["transaction", "describe", "tx-stalled"]);
     assert!(describe.contains("state\tOngoing"), "{describe}");
     assert!(describe.contains(&format!("{TOPIC}\t")), "{describe}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let describe = cli(&bootstrap, &["transaction", "describe", "tx-stalled"]);
-        if describe.contains("state\tCompleteAbort") {
-            assert!(describe.contains("producer_epoch\t1"), "bumped: {describe}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "timed out: {describe}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let describe = await_cli(
+        &bootstrap,
+        &["transaction", "describe", "tx-stalled"],
+        "state\tCompleteAbort",
+    )
+    .await;
+    assert!(describe.contains("producer_epoch\t1"), "bumped: {describe}");
     let late = stalled.commit_transaction().await.unwrap_err();
     assert!(
         is_fenced(&late),
@@ -303,8 +325,12 @@ async fn transactions_commit_abort_fence_and_time_out() {
         reread, after_timeout,
         "same records, same order, after restart"
     );
-    let describe = cli(&bootstrap, &["transaction", "describe", "tx-a"]);
-    assert!(describe.contains("state\tCompleteCommit"), "{describe}");
+    await_cli(
+        &bootstrap,
+        &["transaction", "describe", "tx-a"],
+        "state\tCompleteCommit",
+    )
+    .await;
     drop(broker);
     for p in 0..PARTITIONS {
         verify_log(&data.join("topics").join(format!("{TOPIC}-{p}")));
@@ -402,10 +428,20 @@ fn transactions_survive_the_kill_of_their_coordinator() {
         RF3_PARTITIONS,
         &expected,
     ));
-    let described = runtime
-        .block_on(admin.describe_transaction("rf3-tx"))
-        .unwrap();
-    assert_eq!(described.state, "CompleteCommit", "{described:?}");
+    // Complete is written once every marker is in, just after readers see
+    // them.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let described = runtime.block_on(admin.describe_transaction("rf3-tx"));
+        if described
+            .as_ref()
+            .is_ok_and(|d| d.state == "CompleteCommit")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{described:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     brokers.restart(second);
 
     // Judge from disk: kill -9 every broker, restart, read again; verify
@@ -435,5 +471,152 @@ fn transactions_survive_the_kill_of_their_coordinator() {
                     .join(format!("{RF3_TOPIC}-{p}")),
             );
         }
+    }
+}
+
+/// The consume-transform-produce example, built like the broker binary.
+fn transform_example() -> std::path::PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args(["build", "-p", "client", "--example", "transform"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building the transform example failed");
+    // target/debug/deps/transactions-xxxx -> target/debug/examples/transform
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("examples")
+        .join("transform")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consume_transform_produce_pipeline_is_exactly_once_across_kill_9() {
+    const INPUT: &str = "etl-in";
+    const OUTPUT: &str = "etl-out";
+    const RECORDS: usize = 3_000;
+    let example = transform_example();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broker.toml");
+    std::fs::write(
+        &path,
+        "[transactions]\nstate_topic_partitions = 4\n[groups]\noffsets_topic_partitions = 4\n",
+    )
+    .unwrap();
+    let config = path.to_string_lossy().into_owned();
+    let port = free_port_block(2);
+    let data = dir.path().join("b1");
+    let mut broker = RealBroker::start_node(&data, port, 1, 2, &["--config", &config]);
+    let bootstrap = broker.bootstrap();
+    let admin = Admin::connect(&bootstrap, client_config()).await.unwrap();
+    admin.create_topic(INPUT, PARTITIONS, 1, &[]).await.unwrap();
+    admin
+        .create_topic(OUTPUT, PARTITIONS, 1, &[])
+        .await
+        .unwrap();
+    let producer = Producer::connect(&bootstrap, client_config(), ProducerConfig::default())
+        .await
+        .unwrap();
+    let mut deliveries = Vec::new();
+    for i in 0..RECORDS {
+        let record = client::ProducerRecord {
+            topic: INPUT.to_owned(),
+            key: Some(Bytes::from(format!("k{}", i % 50))),
+            value: Some(Bytes::from(format!("v{i:05}"))),
+            ..Default::default()
+        };
+        deliveries.push(producer.enqueue(record).await.unwrap());
+    }
+    for d in deliveries {
+        d.await.unwrap();
+    }
+
+    // The pipeline, killed with -9 at random points, restarted each time;
+    // the last run drains the input and exits.
+    let run = |idle_exit_ms: &str| {
+        std::process::Command::new(&example)
+            .args([
+                &bootstrap,
+                INPUT,
+                OUTPUT,
+                "etl",
+                "etl-tx",
+                "2000",
+                idle_exit_ms,
+                "10",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut seed = 0x9e37_79b9_u64;
+    for _ in 0..4 {
+        let mut child = run("60000");
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        tokio::time::sleep(Duration::from_millis(300 + (seed >> 33) % 1200)).await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let status = run("3000").wait().unwrap();
+        if status.success() {
+            break;
+        }
+        // A transaction failed (a rebalance fenced the member): restart.
+        assert!(Instant::now() < deadline, "the pipeline never finished");
+    }
+
+    // Every input record appears once in the output, in its partition's
+    // order, and the group's committed offsets are the input's ends.
+    let input = read_topic(&bootstrap, INPUT, PARTITIONS, IsolationLevel::ReadCommitted).await;
+    let expected: BTreeMap<i32, Vec<String>> = input
+        .iter()
+        .map(|(p, values)| (*p, values.iter().map(|v| format!("T:{v}")).collect()))
+        .collect();
+    assert_eq!(
+        input.values().map(Vec::len).sum::<usize>(),
+        RECORDS,
+        "input complete"
+    );
+    let output = read_topic(
+        &bootstrap,
+        OUTPUT,
+        PARTITIONS,
+        IsolationLevel::ReadCommitted,
+    )
+    .await;
+    assert_eq!(output, expected, "exactly once, in order");
+    let committed = admin.fetch_committed("etl", None).await.unwrap();
+    for (p, values) in &input {
+        let tp = client::TopicPartition::new(INPUT, *p);
+        assert_eq!(
+            committed.get(&tp).map(|c| c.offset),
+            Some(values.len() as i64),
+            "committed offset of {tp:?}"
+        );
+    }
+
+    // Judge from disk: kill -9, restart, read the output again.
+    broker.kill9();
+    let broker = RealBroker::start_node(&data, port, 1, 2, &["--config", &config]);
+    let bootstrap = broker.bootstrap();
+    let reread = read_topic(
+        &bootstrap,
+        OUTPUT,
+        PARTITIONS,
+        IsolationLevel::ReadCommitted,
+    )
+    .await;
+    assert_eq!(reread, expected, "the same after a restart");
+    drop(broker);
+    for p in 0..PARTITIONS {
+        verify_log(&data.join("topics").join(format!("{OUTPUT}-{p}")));
     }
 }

@@ -133,6 +133,20 @@ fuzz_target!(|data: &[u8]| {
                 let _ = r.states().map(|s| s.iter().map(str::len).sum::<usize>());
             }
         }
+        Some(ApiKey::AddOffsetsToTxn) => {
+            let _ = root::<wire::AddOffsetsToTxnRequest>(body).map(|r| r.group_id());
+        }
+        Some(ApiKey::TxnOffsetCommit) => {
+            if let Ok(r) = root::<wire::TxnOffsetCommitRequest>(body) {
+                let _ = (r.transactional_id(), r.group_id(), r.member_id());
+                for topic in r.topics().into_iter().flatten() {
+                    let _ = topic.name();
+                    for p in topic.partitions().into_iter().flatten() {
+                        let _ = (p.partition(), p.offset(), p.metadata());
+                    }
+                }
+            }
+        }
         Some(ApiKey::DescribeTransaction) => {
             let _ = root::<wire::DescribeTransactionRequest>(body).map(|r| r.transactional_id());
         }

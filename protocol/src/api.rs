@@ -38,10 +38,14 @@ pub enum ApiKey {
     /// Served by any broker: the transactional ids its coordinators hold.
     ListTransactions = 31,
     DescribeTransaction = 32,
+    /// Served by a transactional id's coordinator.
+    AddOffsetsToTxn = 33,
+    /// Served by a group's coordinator.
+    TxnOffsetCommit = 34,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 24] = [
+    pub const ALL: [ApiKey; 26] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -66,6 +70,8 @@ impl ApiKey {
         ApiKey::EndTxn,
         ApiKey::ListTransactions,
         ApiKey::DescribeTransaction,
+        ApiKey::AddOffsetsToTxn,
+        ApiKey::TxnOffsetCommit,
     ];
 
     pub fn from_u16(key: u16) -> Option<ApiKey> {
@@ -103,6 +109,8 @@ impl ApiKey {
             ApiKey::EndTxn => "end_txn",
             ApiKey::ListTransactions => "list_transactions",
             ApiKey::DescribeTransaction => "describe_transaction",
+            ApiKey::AddOffsetsToTxn => "add_offsets_to_txn",
+            ApiKey::TxnOffsetCommit => "txn_offset_commit",
         }
     }
 }

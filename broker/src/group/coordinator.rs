@@ -267,6 +267,10 @@ pub struct GroupCoordinator {
     timers: BTreeMap<(String, String), MemberTimers>,
     /// Partition counts of the cluster's topics, from the metadata.
     topics: BTreeMap<String, u32>,
+    /// Offsets committed inside a transaction, by producer id: they take
+    /// effect when the transaction's commit marker reaches this partition
+    /// and vanish at its abort marker.
+    pending_txn: BTreeMap<i64, Vec<(String, TopicPartition, OffsetValue)>>,
 }
 
 impl GroupCoordinator {
@@ -276,7 +280,51 @@ impl GroupCoordinator {
             groups: BTreeMap::new(),
             timers: BTreeMap::new(),
             topics,
+            pending_txn: BTreeMap::new(),
         }
+    }
+
+    /// Applies an offset record of a transaction (a transactional batch of
+    /// `producer_id`): held until the transaction's marker.
+    pub fn replay_txn(&mut self, producer_id: i64, record: &GroupRecord) {
+        if let GroupRecord::Offset {
+            group,
+            partition,
+            value: Some(value),
+        } = record
+        {
+            let pending = self.pending_txn.entry(producer_id).or_default();
+            if pending.len() < PENDING_TXN_OFFSETS_MAX {
+                pending.push((group.clone(), partition.clone(), value.clone()));
+            }
+        }
+    }
+
+    /// A transaction marker of `producer_id` reached this partition: its
+    /// offsets take effect (commit) or are dropped (abort). A repeated
+    /// marker changes nothing.
+    pub fn complete_txn(&mut self, producer_id: i64, commit: bool, now: Now) {
+        let Some(pending) = self.pending_txn.remove(&producer_id) else {
+            return;
+        };
+        if !commit {
+            return;
+        }
+        for (group, partition, value) in pending {
+            self.replay(
+                &GroupRecord::Offset {
+                    group,
+                    partition,
+                    value: Some(value),
+                },
+                now,
+            );
+        }
+    }
+
+    /// Offsets waiting for their transaction's marker, over all producers.
+    pub fn pending_txn_offsets(&self) -> usize {
+        self.pending_txn.values().map(Vec::len).sum()
     }
 
     /// Applies one stored record: the only way the groups change.
@@ -892,7 +940,25 @@ impl GroupCoordinator {
 
     pub fn commit(&mut self, req: &CommitRequest, now: Now) -> Written<()> {
         let mut records = Vec::new();
-        let response = self.commit_inner(req, now, &mut records);
+        let response = self.commit_inner(req, now, &mut records, None);
+        Written { records, response }
+    }
+
+    /// A commit inside `producer_id`'s transaction (TxnOffsetCommit),
+    /// checked as a plain commit is: its records are written in the
+    /// producer's transactional batch and take effect at the commit marker.
+    pub fn txn_commit(&mut self, req: &CommitRequest, producer_id: i64, now: Now) -> Written<()> {
+        let pending = self.pending_txn.get(&producer_id).map_or(0, Vec::len);
+        if pending + req.offsets.len() > PENDING_TXN_OFFSETS_MAX {
+            return Written {
+                records: Vec::new(),
+                response: Err(GroupError::InvalidRequest(format!(
+                    "a transaction commits at most {PENDING_TXN_OFFSETS_MAX} offsets here"
+                ))),
+            };
+        }
+        let mut records = Vec::new();
+        let response = self.commit_inner(req, now, &mut records, Some(producer_id));
         Written { records, response }
     }
 
@@ -901,6 +967,7 @@ impl GroupCoordinator {
         req: &CommitRequest,
         now: Now,
         out: &mut Vec<GroupRecord>,
+        txn: Option<i64>,
     ) -> Result<(), GroupError> {
         check_group_id(&req.group_id)?;
         if req.offsets.len() > PARTITIONS_PER_REQUEST_MAX {
@@ -969,15 +1036,18 @@ impl GroupCoordinator {
                 metadata: metadata.clone(),
                 commit_time_ms: now.wall_ms,
             };
-            self.emit(
-                out,
-                GroupRecord::Offset {
-                    group: group_id.into(),
-                    partition: tp.clone(),
-                    value: Some(value),
-                },
-                now,
-            );
+            let record = GroupRecord::Offset {
+                group: group_id.into(),
+                partition: tp.clone(),
+                value: Some(value),
+            };
+            match txn {
+                None => self.emit(out, record, now),
+                Some(producer_id) => {
+                    self.replay_txn(producer_id, &record);
+                    out.push(record);
+                }
+            }
         }
         Ok(())
     }

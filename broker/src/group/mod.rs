@@ -34,6 +34,8 @@ pub const GROUPS_PER_COORDINATOR_MAX: usize = 100_000;
 pub const SUBSCRIBED_TOPICS_MAX: usize = 1000;
 /// Partitions one request may name (owned partitions, commits, fetches).
 pub const PARTITIONS_PER_REQUEST_MAX: usize = 100_000;
+/// Offsets one producer's open transaction may commit in one coordinator.
+pub const PENDING_TXN_OFFSETS_MAX: usize = 100_000;
 /// A member's session: it is removed when no heartbeat came for this long.
 pub const SESSION_TIMEOUT_MS_DEFAULT: u32 = 45_000;
 pub const SESSION_TIMEOUT_MS_MIN: u32 = 1_000;

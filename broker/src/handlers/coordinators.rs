@@ -92,6 +92,32 @@ fn partition_of(
     Ok(i32::try_from(offsets_partition_for(key, count).0).expect("bounded"))
 }
 
+/// Creates the kind's internal topic if this broker does not know it yet.
+async fn ensure_topic(shard: &Rc<Shard>, kind: CoordinatorKind) -> Result<(), OpError> {
+    if shard.view().topic(kind.topic()).is_some() {
+        return Ok(());
+    }
+    match shard.call(METADATA_SHARD, kind.ensure_op()).await {
+        ShardReply::Ensured(result) => result,
+        other => Err(OpError::new(
+            ErrorCode::Unknown,
+            format!("unexpected reply {other:?}"),
+        )),
+    }
+}
+
+/// The group's `__consumer_offsets` partition (created on first use), for
+/// a transaction that commits the group's offsets.
+pub(super) async fn offsets_partition(shard: &Rc<Shard>, group_id: &str) -> Result<i32, OpError> {
+    ensure_topic(shard, CoordinatorKind::Group).await?;
+    partition_of(
+        shard,
+        CoordinatorKind::Group,
+        group_id,
+        ErrorCode::CoordinatorNotAvailable,
+    )
+}
+
 /// The coordinator of `key`: its broker and shard endpoint.
 async fn locate(
     shard: &Rc<Shard>,
@@ -100,17 +126,7 @@ async fn locate(
 ) -> Result<(i32, String, u16, u16), OpError> {
     kind.check_key(key)?;
     let topic_name = kind.topic();
-    if shard.view().topic(topic_name).is_none() {
-        match shard.call(METADATA_SHARD, kind.ensure_op()).await {
-            ShardReply::Ensured(result) => result?,
-            other => {
-                return Err(OpError::new(
-                    ErrorCode::Unknown,
-                    format!("unexpected reply {other:?}"),
-                ))
-            }
-        }
-    }
+    ensure_topic(shard, kind).await?;
     let partition = partition_of(shard, kind, key, ErrorCode::CoordinatorNotAvailable)?;
     let view = shard.view();
     let not_available = |why: String| OpError::new(ErrorCode::CoordinatorNotAvailable, why);

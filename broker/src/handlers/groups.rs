@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use protocol::flatbuffers::{FlatBufferBuilder, WIPOffset};
-use protocol::{wire, ErrorCode, MemberEpoch};
+use protocol::{wire, ErrorCode, MemberEpoch, ProducerEpoch, ProducerId};
 
 use super::coordinators::{coordinator_shard, CoordinatorKind};
 use super::{finish, parse, HandlerResult, Reply};
@@ -225,11 +225,17 @@ pub(super) async fn heartbeat(shard: &Rc<Shard>, body: &[u8], peer: SocketAddr) 
     body_reply(fbb, root)
 }
 
-pub(super) async fn offset_commit(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
-    let request = parse::<wire::OffsetCommitRequest>(body)?;
-    let group_id = request.group_id().unwrap_or_default().to_string();
+/// The offsets of an OffsetCommit or TxnOffsetCommit request.
+fn read_offsets<'a>(
+    topics: Option<
+        protocol::flatbuffers::Vector<
+            'a,
+            protocol::flatbuffers::ForwardsUOffset<wire::OffsetCommitTopic<'a>>,
+        >,
+    >,
+) -> Result<Vec<(TopicPartition, i64, String)>, String> {
     let mut offsets = Vec::new();
-    for topic in request.topics().iter().flatten() {
+    for topic in topics.iter().flatten() {
         let name = topic.name().unwrap_or_default();
         for p in topic.partitions().iter().flatten() {
             if offsets.len() >= PARTITIONS_PER_REQUEST_MAX {
@@ -244,17 +250,51 @@ pub(super) async fn offset_commit(shard: &Rc<Shard>, body: &[u8]) -> HandlerResu
             ));
         }
     }
+    Ok(offsets)
+}
+
+pub(super) async fn offset_commit(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
+    let request = parse::<wire::OffsetCommitRequest>(body)?;
+    let group_id = request.group_id().unwrap_or_default().to_string();
     let op = GroupOp::Commit(CommitRequest {
         group_id: group_id.clone(),
         member_id: request.member_id().unwrap_or_default().to_string(),
         member_epoch: MemberEpoch(request.member_epoch()),
-        offsets,
+        offsets: read_offsets(request.topics())?,
     });
     let result = on_coordinator(shard, &group_id, op).await;
     simple_response(result, |fbb, args| {
         wire::OffsetCommitResponse::create(
             fbb,
             &wire::OffsetCommitResponseArgs {
+                error_code: args.0,
+                error_message: Some(args.1),
+            },
+        )
+    })
+}
+
+pub(super) async fn txn_offset_commit(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
+    let request = parse::<wire::TxnOffsetCommitRequest>(body)?;
+    let group_id = request.group_id().unwrap_or_default().to_string();
+    if request.producer_id() < 0 || request.producer_epoch() < 0 {
+        return Err("a transactional commit needs a producer id and epoch".into());
+    }
+    let op = GroupOp::TxnCommit {
+        request: CommitRequest {
+            group_id: group_id.clone(),
+            member_id: request.member_id().unwrap_or_default().to_string(),
+            member_epoch: MemberEpoch(request.member_epoch()),
+            offsets: read_offsets(request.topics())?,
+        },
+        producer_id: ProducerId(request.producer_id()),
+        producer_epoch: ProducerEpoch(request.producer_epoch()),
+    };
+    let result = on_coordinator(shard, &group_id, op).await;
+    simple_response(result, |fbb, args| {
+        wire::TxnOffsetCommitResponse::create(
+            fbb,
+            &wire::TxnOffsetCommitResponseArgs {
                 error_code: args.0,
                 error_message: Some(args.1),
             },

@@ -100,6 +100,8 @@ pub async fn handle(
         ApiKey::EndTxn => txn_coordinator::end_txn(shard, request.body).await,
         ApiKey::ListTransactions => txn_coordinator::list(shard, request.body).await,
         ApiKey::DescribeTransaction => txn_coordinator::describe(shard, request.body).await,
+        ApiKey::AddOffsetsToTxn => txn_coordinator::add_offsets(shard, request.body).await,
+        ApiKey::TxnOffsetCommit => groups::txn_offset_commit(shard, request.body).await,
     };
     let outcome = match result {
         Ok(Reply::Body { body, payload }) => {

@@ -1,5 +1,6 @@
 //! The requests a transactional id's coordinator answers (InitProducerId
-//! with a transactional id, AddPartitionsToTxn, EndTxn, DescribeTransaction),
+//! with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+//! DescribeTransaction),
 //! routed to the shard that leads the id's `__transaction_state` partition
 //! (`coordinators`), and ListTransactions over this broker's coordinators.
 
@@ -8,8 +9,9 @@ use std::rc::Rc;
 use protocol::flatbuffers::{FlatBufferBuilder, WIPOffset};
 use protocol::{wire, ErrorCode, ProducerEpoch, ProducerId};
 
-use super::coordinators::{coordinator_shard, CoordinatorKind};
+use super::coordinators::{coordinator_shard, offsets_partition, CoordinatorKind};
 use super::{finish, parse, HandlerResult, Reply};
+use crate::group::OFFSETS_TOPIC;
 use crate::shard::txn_coordinators::encode_topics;
 use crate::shard::{OpError, Shard, ShardOp, ShardReply, TxnAnswer, TxnOp};
 use crate::txn::records::TxnMetadata;
@@ -143,6 +145,38 @@ pub(super) async fn add_partitions(shard: &Rc<Shard>, body: &[u8]) -> HandlerRes
         let root = wire::AddPartitionsToTxnResponse::create(
             fbb,
             &wire::AddPartitionsToTxnResponseArgs {
+                error_code,
+                error_message: Some(message),
+            },
+        );
+        fbb.finish_minimal(root);
+        fbb.finished_data().to_vec()
+    })
+}
+
+pub(super) async fn add_offsets(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
+    let request = parse::<wire::AddOffsetsToTxnRequest>(body)?;
+    let transactional_id = request.transactional_id().unwrap_or_default().to_owned();
+    let group_id = request.group_id().unwrap_or_default().to_owned();
+    let result = match offsets_partition(shard, &group_id).await {
+        Err(e) => Err(e),
+        Ok(partition) => {
+            let index = u32::try_from(partition).expect("partitions are not negative");
+            let op = TxnOp::AddPartitions {
+                transactional_id: transactional_id.clone(),
+                producer_id: ProducerId(request.producer_id()),
+                producer_epoch: ProducerEpoch(request.producer_epoch()),
+                partitions: vec![TopicPartition::new(OFFSETS_TOPIC, index)],
+            };
+            on_coordinator(shard, &transactional_id, op)
+                .await
+                .map(|_| ())
+        }
+    };
+    error_reply(result, |fbb, error_code, message| {
+        let root = wire::AddOffsetsToTxnResponse::create(
+            fbb,
+            &wire::AddOffsetsToTxnResponseArgs {
                 error_code,
                 error_message: Some(message),
             },

@@ -18,6 +18,7 @@ use crate::group::coordinator::{
 use crate::group::records::{GroupRecord, OffsetValue};
 use crate::group::{TopicPartition, OFFSETS_TOPIC};
 use crate::runtime;
+use protocol::{ProducerEpoch, ProducerId};
 
 /// How often coordinators expire sessions and offsets.
 pub const GROUP_TICK_MS: u64 = 250;
@@ -27,6 +28,12 @@ pub const GROUP_TICK_MS: u64 = 250;
 pub enum GroupOp {
     Heartbeat(HeartbeatRequest),
     Commit(CommitRequest),
+    /// A commit inside a producer's transaction (TxnOffsetCommit).
+    TxnCommit {
+        request: CommitRequest,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+    },
     FetchOffsets {
         group_id: String,
         partitions: Option<Vec<TopicPartition>>,
@@ -43,7 +50,7 @@ impl GroupOp {
     pub fn group_id(&self) -> &str {
         match self {
             GroupOp::Heartbeat(r) => &r.group_id,
-            GroupOp::Commit(r) => &r.group_id,
+            GroupOp::Commit(r) | GroupOp::TxnCommit { request: r, .. } => &r.group_id,
             GroupOp::FetchOffsets { group_id, .. }
             | GroupOp::DeleteOffsets { group_id, .. }
             | GroupOp::Describe(group_id)
@@ -89,6 +96,22 @@ impl HostedCore for GroupCoordinator {
         let record = GroupRecord::decode(key, value).map_err(|e| e.to_string())?;
         self.replay(&record, shard.group_now());
         Ok(())
+    }
+
+    fn replay_transactional(
+        &mut self,
+        _shard: &Shard,
+        producer_id: ProducerId,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), String> {
+        let record = GroupRecord::decode(key, value).map_err(|e| e.to_string())?;
+        self.replay_txn(producer_id.0, &record);
+        Ok(())
+    }
+
+    fn replay_marker(&mut self, shard: &Shard, producer_id: ProducerId, commit: bool) {
+        self.complete_txn(producer_id.0, commit, shard.group_now());
     }
 
     fn finish_load(&mut self, shard: &Shard) {
@@ -180,7 +203,15 @@ impl Shard {
         op: GroupOp,
     ) -> Result<GroupAnswer, OpError> {
         let now = self.group_now();
-        self.hosted_call(partition, |core: &mut GroupCoordinator| {
+        let producer = match &op {
+            GroupOp::TxnCommit {
+                producer_id,
+                producer_epoch,
+                ..
+            } => Some((*producer_id, *producer_epoch)),
+            _ => None,
+        };
+        self.hosted_call_as(partition, producer, |core: &mut GroupCoordinator| {
             let group_id = op.group_id().to_string();
             let out = run_op(core, op, now);
             core.check_group(&group_id);
@@ -244,6 +275,14 @@ fn run_op(
         }
         GroupOp::Commit(request) => {
             let w = core.commit(&request, now);
+            (w.records, w.response.map(|()| GroupAnswer::Done))
+        }
+        GroupOp::TxnCommit {
+            request,
+            producer_id,
+            ..
+        } => {
+            let w = core.txn_commit(&request, producer_id.0, now);
             (w.records, w.response.map(|()| GroupAnswer::Done))
         }
         GroupOp::FetchOffsets {

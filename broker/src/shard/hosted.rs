@@ -15,7 +15,12 @@ use std::fmt::Debug;
 use std::rc::Rc;
 use std::time::Duration;
 
-use protocol::{BatchBuilder, Compression, ErrorCode, LeaderEpoch, Offset, Record, RecordBatch};
+use protocol::record_batch::marker::{parse_marker, MarkerKind};
+use protocol::record_batch::stamp_producer;
+use protocol::{
+    BatchBuilder, Compression, ErrorCode, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Record,
+    RecordBatch, Sequence,
+};
 
 use super::{OpError, Shard};
 use crate::log::config::STORED_BATCH_BYTES_MAX;
@@ -46,6 +51,20 @@ pub(super) trait HostedCore: Sized + Debug + 'static {
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<(), String>;
+    /// Applies a record of `producer_id`'s transaction while loading; it
+    /// takes effect at the transaction's marker.
+    fn replay_transactional(
+        &mut self,
+        shard: &Shard,
+        _producer_id: ProducerId,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), String> {
+        self.replay_record(shard, key, value)
+    }
+    /// A transaction marker of `producer_id` in the partition (loading, or
+    /// written live).
+    fn replay_marker(&mut self, _shard: &Shard, _producer_id: ProducerId, _commit: bool) {}
     /// Once every record is replayed, before the slot serves.
     fn finish_load(&mut self, _shard: &Shard) {}
     /// Once the slot serves: work the loaded state owes (a task may be
@@ -155,6 +174,19 @@ impl Shard {
         partition: i32,
         change: impl FnOnce(&mut C) -> (Vec<C::Record>, T),
     ) -> Result<T, OpError> {
+        self.hosted_call_as(partition, None, change).await
+    }
+
+    /// `hosted_call` whose records are written as part of `producer`'s
+    /// transaction (a transactional batch under its id and epoch). A
+    /// producer the partition knows at a newer epoch is refused before
+    /// anything changes.
+    pub(super) async fn hosted_call_as<C: HostedCore, T>(
+        self: &Rc<Self>,
+        partition: i32,
+        producer: Option<(ProducerId, ProducerEpoch)>,
+        change: impl FnOnce(&mut C) -> (Vec<C::Record>, T),
+    ) -> Result<T, OpError> {
         let slot = C::slots(self)
             .map
             .borrow()
@@ -164,6 +196,9 @@ impl Shard {
         let answer = {
             let _gate = slot.write_gate.enter().await;
             self.check_hosted_writable(&slot)?;
+            if let Some((id, epoch)) = producer {
+                self.next_sequence_of(&slot, id, epoch)?;
+            }
             let (records, answer) = {
                 let mut state = slot.state.borrow_mut();
                 let core = match &mut *state {
@@ -180,7 +215,7 @@ impl Shard {
             };
             if !records.is_empty() {
                 C::on_written(self, &records);
-                self.append_hosted(&slot, &records).await?;
+                self.append_hosted(&slot, &records, producer).await?;
             }
             answer
         };
@@ -210,7 +245,7 @@ impl Shard {
         };
         if !records.is_empty() {
             C::on_written(self, &records);
-            self.append_hosted(slot, &records).await.ok()?;
+            self.append_hosted(slot, &records, None).await.ok()?;
         }
         Some(out)
     }
@@ -249,6 +284,7 @@ impl Shard {
         self: &Rc<Self>,
         slot: &Rc<Slot<C>>,
         records: &[C::Record],
+        producer: Option<(ProducerId, ProducerEpoch)>,
     ) -> Result<(), OpError> {
         let timestamp_ms = self.clock.now_ms();
         let mut start = 0;
@@ -262,7 +298,8 @@ impl Shard {
                 keys_values.push((key, value));
                 end += 1;
             }
-            let mut builder = BatchBuilder::new(Compression::None);
+            let mut builder =
+                BatchBuilder::new(Compression::None).transactional(producer.is_some());
             for (key, value) in &keys_values {
                 builder.push(&Record {
                     timestamp_ms,
@@ -271,7 +308,13 @@ impl Shard {
                     headers: &[],
                 });
             }
-            let batch = builder.build().expect("coordinator records fit a batch");
+            let mut batch = builder.build().expect("coordinator records fit a batch");
+            if let Some((id, epoch)) = producer {
+                // The coordinator is the partition's only writer (under the
+                // slot's gate), so the next sequence cannot move meanwhile.
+                let sequence = self.next_sequence_of(slot, id, epoch)?;
+                stamp_producer(&mut batch, id, epoch, sequence);
+            }
             let result = if slot.is_gone() {
                 Err(OpError::new(
                     ErrorCode::NotCoordinator,
@@ -298,6 +341,55 @@ impl Shard {
             start = end;
         }
         Ok(())
+    }
+
+    /// The sequence `producer`'s next batch in the slot's partition starts
+    /// at; PRODUCER_FENCED when the partition knows a newer epoch.
+    fn next_sequence_of<C: HostedCore>(
+        &self,
+        slot: &Slot<C>,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+    ) -> Result<Sequence, OpError> {
+        let replica = self.replica(&slot.key())?;
+        let table = replica.log.producer_state();
+        let Some(entry) = table.get(producer_id) else {
+            return Ok(Sequence(0));
+        };
+        if producer_epoch < entry.epoch {
+            return Err(OpError::new(
+                ErrorCode::ProducerFenced,
+                format!(
+                    "producer {} epoch {} is fenced by epoch {}",
+                    producer_id.0, producer_epoch.0, entry.epoch.0
+                ),
+            ));
+        }
+        if producer_epoch > entry.epoch {
+            return Ok(Sequence(0));
+        }
+        Ok(entry.batches.back().map_or(Sequence(0), |b| {
+            crate::log::producer_state::next_sequence(b.last_sequence)
+        }))
+    }
+
+    /// A transaction marker was written to a partition this shard leads:
+    /// the coordinator hosted there (if loaded) applies it. One that is
+    /// loading reads it from the log (loading runs to the log's end).
+    pub(super) async fn hosted_marker<C: HostedCore>(
+        self: &Rc<Self>,
+        partition: i32,
+        producer_id: ProducerId,
+        commit: bool,
+    ) {
+        let Some(slot) = C::slots(self).get(partition) else {
+            return;
+        };
+        let _gate = slot.write_gate.enter().await;
+        let mut state = slot.state.borrow_mut();
+        if let SlotState::Active(core) = &mut *state {
+            core.replay_marker(self, producer_id, commit);
+        }
     }
 
     /// Waits until everything the coordinator wrote is stable and replicated.
@@ -412,10 +504,13 @@ impl Shard {
         let started = self.clock.monotonic();
         let result: Result<(C, i64, u64), String> = async {
             let replica = self.replica(&key).map_err(|e| e.message)?;
-            let end = replica.log.log_end_offset();
             let mut core = C::fresh(&self);
             let mut offset = replica.log.log_start_offset();
             let mut records = 0u64;
+            // To the log's end as it is when the last read returns: markers
+            // other writers append while loading are read here, since the
+            // slot turns active in the same step (no await in between).
+            let mut end = replica.log.log_end_offset();
             while offset < end {
                 if slot.is_gone() {
                     return Err("leadership moved while loading".into());
@@ -430,6 +525,7 @@ impl Shard {
                 }
                 records += replay_batches(&mut core, &self, &fetched.bytes)?;
                 offset = fetched.next_offset;
+                end = replica.log.log_end_offset();
             }
             core.finish_load(&self);
             Ok((core, end.0, records))
@@ -479,16 +575,30 @@ fn replay_batches<C: HostedCore>(
         let batch = RecordBatch::parse(&bytes[..total], STORED_BATCH_BYTES_MAX)
             .map_err(|e| e.to_string())?;
         bytes = &bytes[total..];
-        if batch.header().is_control() {
+        let header = batch.header();
+        if header.is_control() {
+            match parse_marker(&batch) {
+                Ok(marker) => {
+                    core.replay_marker(shard, header.producer_id, marker.kind == MarkerKind::Commit)
+                }
+                Err(e) => {
+                    tracing::error!(topic = C::TOPIC, error = %e, "skipping an unreadable control batch")
+                }
+            }
             continue;
         }
+        let transactional = header.is_transactional().then_some(header.producer_id);
         let section = batch
             .records_section(decompressed_bytes_max)
             .map_err(|e| e.to_string())?;
         for record in section.iter() {
             let record = record.map_err(|e| e.to_string())?;
             let Some(key) = record.key else { continue };
-            match core.replay_record(shard, key, record.value) {
+            let replayed = match transactional {
+                Some(id) => core.replay_transactional(shard, id, key, record.value),
+                None => core.replay_record(shard, key, record.value),
+            };
+            match replayed {
                 Ok(()) => count += 1,
                 Err(e) => {
                     tracing::error!(topic = C::TOPIC, offset = record.offset.0, error = %e, "skipping an unreadable coordinator record")

@@ -3,6 +3,7 @@
 //! passed them, as `replication::ack::decide` rules). Transaction markers
 //! take the same path, always as acks=all.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,13 +28,27 @@ impl Shard {
     /// replicas have it, so a committed transaction's marker survives a
     /// leader change.
     pub(super) async fn write_marker_local(
-        &self,
+        self: &Rc<Self>,
         key: PartitionKey,
         batch: Bytes,
         timeout_ms: u64,
     ) -> Result<ProduceOutcome, OpError> {
-        self.leader_write(key, batch, -1, timeout_ms, None, true)
-            .await
+        let offsets_partition = (key.topic == crate::group::OFFSETS_TOPIC).then_some(key.partition);
+        let marker = marker_of(&batch);
+        let outcome = self
+            .leader_write(key, batch, -1, timeout_ms, None, true)
+            .await?;
+        // Offsets committed in the transaction take effect (or vanish)
+        // before the coordinator hears the marker is in.
+        if let (Some(partition), Some((producer_id, commit))) = (offsets_partition, marker) {
+            self.hosted_marker::<crate::group::coordinator::GroupCoordinator>(
+                partition,
+                producer_id,
+                commit,
+            )
+            .await;
+        }
+        Ok(outcome)
     }
 
     /// `produce_local`, refused unless this shard leads at `expected_epoch`
@@ -272,4 +287,15 @@ impl Shard {
             replica.high_watermark.advance(hw);
         }
     }
+}
+
+/// The producer and decision of a marker batch, if it is one.
+fn marker_of(batch: &[u8]) -> Option<(protocol::ProducerId, bool)> {
+    let parsed =
+        protocol::RecordBatch::parse(batch, crate::log::config::STORED_BATCH_BYTES_MAX).ok()?;
+    let marker = protocol::record_batch::marker::parse_marker(&parsed).ok()?;
+    Some((
+        parsed.header().producer_id,
+        marker.kind == protocol::record_batch::marker::MarkerKind::Commit,
+    ))
 }

@@ -116,6 +116,10 @@ pub mod ringlog {
     pub use self::offset_commit_request_generated::*;
     mod offset_commit_response_generated;
     pub use self::offset_commit_response_generated::*;
+    mod txn_offset_commit_request_generated;
+    pub use self::txn_offset_commit_request_generated::*;
+    mod txn_offset_commit_response_generated;
+    pub use self::txn_offset_commit_response_generated::*;
     mod offset_fetch_request_generated;
     pub use self::offset_fetch_request_generated::*;
     mod committed_offset_generated;
@@ -170,6 +174,10 @@ pub mod ringlog {
     pub use self::add_partitions_to_txn_request_generated::*;
     mod add_partitions_to_txn_response_generated;
     pub use self::add_partitions_to_txn_response_generated::*;
+    mod add_offsets_to_txn_request_generated;
+    pub use self::add_offsets_to_txn_request_generated::*;
+    mod add_offsets_to_txn_response_generated;
+    pub use self::add_offsets_to_txn_response_generated::*;
     mod end_txn_request_generated;
     pub use self::end_txn_request_generated::*;
     mod end_txn_response_generated;
