@@ -51,6 +51,9 @@ async fn main() {
     // Offsets are committed by the transactions, never on their own.
     config.enable_auto_commit = false;
     config.consumer.offset_reset = OffsetReset::Earliest;
+    // One transaction per poll: heartbeats (sent by poll) keep flowing
+    // however long the input is.
+    config.consumer.poll_records_max = per_transaction;
     let mut consumer = GroupConsumer::connect(bootstrap, ClientConfig::default(), config)
         .await
         .expect("connect the consumer");

@@ -8,7 +8,9 @@
 //! Everything is read back from disk after a kill -9 and a restart, and
 //! `verify-log` passes on the files. With three brokers (RF 3), a
 //! transaction survives the kill -9 of its coordinator while open and right
-//! after the commit decision.
+//! after the commit decision. The consume-transform-produce example stays
+//! exactly-once while killed with -9 at random points and while a paused
+//! (SIGSTOP) instance is replaced and then resumed.
 
 mod real_broker;
 mod real_cluster;
@@ -474,6 +476,14 @@ fn transactions_survive_the_kill_of_their_coordinator() {
     }
 }
 
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
 /// The consume-transform-produce example, built like the broker binary.
 fn transform_example() -> std::path::PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -563,6 +573,32 @@ async fn a_consume_transform_produce_pipeline_is_exactly_once_across_kill_9() {
         child.kill().unwrap();
         child.wait().unwrap();
     }
+    // A zombie: an instance paused (SIGSTOP) mid-stream while the next one
+    // takes the transactional id over and finishes the input; resumed, it
+    // cannot append or commit anything (checked by the output below).
+    let mut zombie = std::process::Command::new(&example)
+        .args([
+            &bootstrap, INPUT, OUTPUT, "etl", "etl-tx", "2000", "60000", "10",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Paused once it has committed a transaction of its own.
+    let stdout = zombie.stdout.take().unwrap();
+    let progressed = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.starts_with("processed"))
+    });
+    let progressed = tokio::time::timeout(Duration::from_secs(30), progressed).await;
+    assert!(
+        matches!(progressed, Ok(Ok(true))),
+        "the instance to pause processed nothing"
+    );
+    signal(zombie.id(), "-STOP");
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let status = run("3000").wait().unwrap();
@@ -572,6 +608,10 @@ async fn a_consume_transform_produce_pipeline_is_exactly_once_across_kill_9() {
         // A transaction failed (a rebalance fenced the member): restart.
         assert!(Instant::now() < deadline, "the pipeline never finished");
     }
+    signal(zombie.id(), "-CONT");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    zombie.kill().unwrap();
+    zombie.wait().unwrap();
 
     // Every input record appears once in the output, in its partition's
     // order, and the group's committed offsets are the input's ends.
