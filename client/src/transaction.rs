@@ -19,9 +19,10 @@ use crate::messages::{self, ConsumerGroupMetadata};
 
 /// Pause between retries of a call the coordinator answered
 /// CONCURRENT_TRANSACTIONS (the previous transaction's markers are still
-/// being written), doubled up to `CONCURRENT_RETRY_MS_MAX`.
-const CONCURRENT_RETRY_MS: u64 = 10;
-const CONCURRENT_RETRY_MS_MAX: u64 = 500;
+/// being written, usually for a few ms), doubled up to
+/// `CONCURRENT_RETRY_MS_MAX`.
+const CONCURRENT_RETRY_MS: u64 = 2;
+const CONCURRENT_RETRY_MS_MAX: u64 = 50;
 
 /// Where a transactional producer stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
