@@ -9,8 +9,9 @@
 //! `verify-log` passes on the files. With three brokers (RF 3), a
 //! transaction survives the kill -9 of its coordinator while open and right
 //! after the commit decision. The consume-transform-produce example stays
-//! exactly-once while killed with -9 at random points and while a paused
-//! (SIGSTOP) instance is replaced and then resumed.
+//! exactly-once while killed with -9 at random points, while a paused
+//! (SIGSTOP) instance is replaced and then resumed, and (RF 3) while a
+//! partition leader is killed.
 
 mod real_broker;
 mod real_cluster;
@@ -484,6 +485,28 @@ fn signal(pid: u32, signal: &str) {
     assert!(status.success(), "kill {signal} {pid}");
 }
 
+/// Signals once the example's piped stdout reports its first committed
+/// transaction, and keeps draining it (a closed pipe would end the
+/// process at its next line).
+fn first_progress(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<()> {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut told = false;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if !told && line.starts_with("processed") {
+                let _ = tx.send(());
+                told = true;
+            }
+        }
+    });
+    rx
+}
+
 /// The consume-transform-produce example, built like the broker binary.
 fn transform_example() -> std::path::PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -527,22 +550,7 @@ async fn a_consume_transform_produce_pipeline_is_exactly_once_across_kill_9() {
         .create_topic(OUTPUT, PARTITIONS, 1, &[])
         .await
         .unwrap();
-    let producer = Producer::connect(&bootstrap, client_config(), ProducerConfig::default())
-        .await
-        .unwrap();
-    let mut deliveries = Vec::new();
-    for i in 0..RECORDS {
-        let record = client::ProducerRecord {
-            topic: INPUT.to_owned(),
-            key: Some(Bytes::from(format!("k{}", i % 50))),
-            value: Some(Bytes::from(format!("v{i:05}"))),
-            ..Default::default()
-        };
-        deliveries.push(producer.enqueue(record).await.unwrap());
-    }
-    for d in deliveries {
-        d.await.unwrap();
-    }
+    fill_input(&bootstrap, INPUT, RECORDS).await;
 
     // The pipeline, killed with -9 at random points, restarted each time;
     // the last run drains the input and exits.
@@ -585,17 +593,9 @@ async fn a_consume_transform_produce_pipeline_is_exactly_once_across_kill_9() {
         .spawn()
         .unwrap();
     // Paused once it has committed a transaction of its own.
-    let stdout = zombie.stdout.take().unwrap();
-    let progressed = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .any(|line| line.starts_with("processed"))
-    });
-    let progressed = tokio::time::timeout(Duration::from_secs(30), progressed).await;
+    let progressed = first_progress(&mut zombie);
     assert!(
-        matches!(progressed, Ok(Ok(true))),
+        progressed.recv_timeout(Duration::from_secs(30)).is_ok(),
         "the instance to pause processed nothing"
     );
     signal(zombie.id(), "-STOP");
@@ -613,35 +613,7 @@ async fn a_consume_transform_produce_pipeline_is_exactly_once_across_kill_9() {
     zombie.kill().unwrap();
     zombie.wait().unwrap();
 
-    // Every input record appears once in the output, in its partition's
-    // order, and the group's committed offsets are the input's ends.
-    let input = read_topic(&bootstrap, INPUT, PARTITIONS, IsolationLevel::ReadCommitted).await;
-    let expected: BTreeMap<i32, Vec<String>> = input
-        .iter()
-        .map(|(p, values)| (*p, values.iter().map(|v| format!("T:{v}")).collect()))
-        .collect();
-    assert_eq!(
-        input.values().map(Vec::len).sum::<usize>(),
-        RECORDS,
-        "input complete"
-    );
-    let output = read_topic(
-        &bootstrap,
-        OUTPUT,
-        PARTITIONS,
-        IsolationLevel::ReadCommitted,
-    )
-    .await;
-    assert_eq!(output, expected, "exactly once, in order");
-    let committed = admin.fetch_committed("etl", None).await.unwrap();
-    for (p, values) in &input {
-        let tp = client::TopicPartition::new(INPUT, *p);
-        assert_eq!(
-            committed.get(&tp).map(|c| c.offset),
-            Some(values.len() as i64),
-            "committed offset of {tp:?}"
-        );
-    }
+    let expected = check_pipeline(&bootstrap, &admin, INPUT, OUTPUT, RECORDS).await;
 
     // Judge from disk: kill -9, restart, read the output again.
     broker.kill9();
@@ -658,5 +630,198 @@ async fn a_consume_transform_produce_pipeline_is_exactly_once_across_kill_9() {
     drop(broker);
     for p in 0..PARTITIONS {
         verify_log(&data.join("topics").join(format!("{OUTPUT}-{p}")));
+    }
+}
+
+/// `count` records with 50 keys into `topic`.
+async fn fill_input(bootstrap: &str, topic: &str, count: usize) {
+    let producer = Producer::connect(bootstrap, client_config(), ProducerConfig::default())
+        .await
+        .unwrap();
+    let mut deliveries = Vec::new();
+    for i in 0..count {
+        let record = client::ProducerRecord {
+            topic: topic.to_owned(),
+            key: Some(Bytes::from(format!("k{}", i % 50))),
+            value: Some(Bytes::from(format!("v{i:05}"))),
+            ..Default::default()
+        };
+        deliveries.push(producer.enqueue(record).await.unwrap());
+    }
+    for d in deliveries {
+        d.await.unwrap();
+    }
+}
+
+/// Every input record appears once in the output, in its partition's
+/// order, and group `etl`'s committed offsets are the input's ends.
+/// Returns the output.
+async fn check_pipeline(
+    bootstrap: &str,
+    admin: &Admin,
+    input_topic: &str,
+    output_topic: &str,
+    records: usize,
+) -> BTreeMap<i32, Vec<String>> {
+    let input = read_topic(
+        bootstrap,
+        input_topic,
+        PARTITIONS,
+        IsolationLevel::ReadCommitted,
+    )
+    .await;
+    let expected: BTreeMap<i32, Vec<String>> = input
+        .iter()
+        .map(|(p, values)| (*p, values.iter().map(|v| format!("T:{v}")).collect()))
+        .collect();
+    assert_eq!(
+        input.values().map(Vec::len).sum::<usize>(),
+        records,
+        "input complete"
+    );
+    let output = read_topic(
+        bootstrap,
+        output_topic,
+        PARTITIONS,
+        IsolationLevel::ReadCommitted,
+    )
+    .await;
+    assert_eq!(output, expected, "exactly once, in order");
+    let committed = admin.fetch_committed("etl", None).await.unwrap();
+    for (p, values) in &input {
+        let tp = client::TopicPartition::new(input_topic, *p);
+        assert_eq!(
+            committed.get(&tp).map(|c| c.offset),
+            Some(values.len() as i64),
+            "committed offset of {tp:?}"
+        );
+    }
+    expected
+}
+
+/// Whether group `etl` committed every record of `topic`.
+async fn pipeline_done(admin: &Admin, topic: &str, records: usize) -> bool {
+    match admin.fetch_committed("etl", None).await {
+        Ok(committed) => {
+            committed
+                .iter()
+                .filter(|(tp, _)| tp.topic == topic)
+                .map(|(_, c)| c.offset)
+                .sum::<i64>()
+                == records as i64
+        }
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn a_pipeline_stays_exactly_once_while_a_partition_leader_is_killed() {
+    const INPUT: &str = "rf3-in";
+    const OUTPUT: &str = "rf3-out";
+    const RECORDS: usize = 2_000;
+    let example = transform_example();
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("pipeline-rf3.toml");
+    std::fs::write(
+        &path,
+        "[transactions]\nstate_topic_partitions = 2\nstate_topic_replication_factor = 3\n\
+         [groups]\noffsets_topic_partitions = 2\noffsets_topic_replication_factor = 3\n",
+    )
+    .unwrap();
+    let config = path.to_string_lossy().into_owned();
+    let quorum = Quorum::start(&["--session-timeout-ms", "2000"]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(quorum.leader(Duration::from_secs(20)));
+    let mut brokers = Brokers::start_with(
+        root.path(),
+        quorum.controller_list(),
+        1,
+        &["--config", &config],
+    );
+    let bootstrap = brokers.bootstrap_all();
+    let admin = runtime.block_on(async {
+        let admin = Admin::connect(&bootstrap, client_config()).await.unwrap();
+        let configs = [("min.insync.replicas".to_string(), "2".to_string())];
+        for topic in [INPUT, OUTPUT] {
+            admin
+                .create_topic(topic, PARTITIONS, 3, &configs)
+                .await
+                .unwrap();
+        }
+        fill_input(&bootstrap, INPUT, RECORDS).await;
+        admin
+    });
+    let run = || {
+        std::process::Command::new(&example)
+            .args([
+                &bootstrap, INPUT, OUTPUT, "etl", "etl-rf3", "3000", "4000", "10",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // Once the pipeline has committed work, the leader of input partition
+    // 0 is killed with -9 and restarted a second later.
+    let mut child = run();
+    let progressed = first_progress(&mut child);
+    assert!(
+        progressed.recv_timeout(Duration::from_secs(60)).is_ok(),
+        "the pipeline processed nothing"
+    );
+    let leader = runtime.block_on(async {
+        let cluster = client::Cluster::connect(&bootstrap, client_config())
+            .await
+            .unwrap();
+        cluster.refresh_metadata().await.unwrap();
+        cluster.metadata().topic(INPUT).unwrap().partitions[0].leader
+    });
+    brokers.kill9(u32::try_from(leader).unwrap());
+    std::thread::sleep(Duration::from_secs(1));
+    brokers.restart(u32::try_from(leader).unwrap());
+    // Runs until the group committed the whole input; an instance that
+    // stops (a failed transaction, or idle while leaders moved) is
+    // restarted.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = child.wait().unwrap();
+        if runtime.block_on(pipeline_done(&admin, INPUT, RECORDS)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pipeline never finished (last exit {status})"
+        );
+        child = run();
+    }
+    let expected = runtime.block_on(check_pipeline(&bootstrap, &admin, INPUT, OUTPUT, RECORDS));
+
+    // Judge from disk: kill -9 every broker, restart, read the output
+    // again; then every replica's files are verified.
+    for id in 1..=3 {
+        brokers.kill9(id);
+    }
+    for id in 1..=3 {
+        brokers.restart(id);
+    }
+    let reread = runtime.block_on(read_topic(
+        &bootstrap,
+        OUTPUT,
+        PARTITIONS,
+        IsolationLevel::ReadCommitted,
+    ));
+    assert_eq!(reread, expected, "the same after restarts");
+    for id in 1..=3 {
+        brokers.stop(id);
+    }
+    for id in 1..=3 {
+        for p in 0..PARTITIONS {
+            verify_log(
+                &brokers
+                    .data_dir(id)
+                    .join("topics")
+                    .join(format!("{OUTPUT}-{p}")),
+            );
+        }
     }
 }
