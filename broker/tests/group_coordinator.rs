@@ -396,7 +396,17 @@ fn transactional_offsets_apply_at_the_commit_marker_only() {
         committed(&c).iter().all(Option::is_none),
         "pending until the marker"
     );
+    // A member starting the partition waits for the decision.
+    let tp0 = [TopicPartition::new("t", 0)];
+    assert!(matches!(
+        c.fetch_offsets("g", Some(&tp0)),
+        Err(GroupError::UnstableOffsetCommit(_))
+    ));
     c.complete_txn(7, true, now(1));
+    assert!(
+        c.fetch_offsets("g", Some(&tp0)).is_ok(),
+        "stable once decided"
+    );
     log.push(Logged::Marker(7, true));
     assert_eq!(committed(&c), [Some(10)]);
     let second = c.txn_commit(&offsets(20), 7, now(2));

@@ -374,6 +374,18 @@ impl Producer {
     /// and the transaction stays open for `abort_transaction`.
     pub async fn commit_transaction(&self) -> Result<()> {
         let txn = self.in_transaction()?;
+        self.end_phase(txn, TxnPhase::Ending);
+        let result = self.commit_inner(txn).await;
+        match &result {
+            Ok(()) => self.end_phase(txn, TxnPhase::Ready),
+            // Still open (a failed record, or the coordinator not reached):
+            // the caller aborts or retries the commit.
+            Err(_) => self.end_phase(txn, TxnPhase::InTransaction),
+        }
+        result
+    }
+
+    async fn commit_inner(&self, txn: &TransactionManager) -> Result<()> {
         self.flush().await?;
         let (identity, partitions, failure) = {
             let shared = txn.shared();
@@ -397,8 +409,21 @@ impl Producer {
                 return Err(error);
             }
         }
-        txn.shared().phase = TxnPhase::Ready;
         Ok(())
+    }
+
+    /// Moves the phase on, unless the producer was fenced meanwhile; a
+    /// transaction's end forgets its partitions.
+    fn end_phase(&self, txn: &TransactionManager, phase: TxnPhase) {
+        let mut shared = txn.shared();
+        if matches!(shared.phase, TxnPhase::Fenced(_)) {
+            return;
+        }
+        if phase == TxnPhase::Ready {
+            shared.added.clear();
+            shared.offsets_added = false;
+        }
+        shared.phase = phase;
     }
 
     /// Commits a consumer group's offsets (the next offset to read, per
@@ -432,12 +457,22 @@ impl Producer {
     /// (its sequences restart), so the next transaction starts clean.
     pub async fn abort_transaction(&self) -> Result<()> {
         let txn = self.in_transaction()?;
+        self.end_phase(txn, TxnPhase::Ending);
+        let result = self.abort_inner(txn).await;
+        match &result {
+            Ok(()) => {}
+            Err(_) => self.end_phase(txn, TxnPhase::InTransaction),
+        }
+        result
+    }
+
+    async fn abort_inner(&self, txn: &TransactionManager) -> Result<()> {
         self.flush().await?;
         let (identity, partitions, failed) = {
             let shared = txn.shared();
             (
                 shared.identity,
-                shared.added.len(),
+                shared.added.len() + usize::from(shared.offsets_added),
                 shared.failure.is_some(),
             )
         };
@@ -451,9 +486,10 @@ impl Producer {
             }
         }
         if failed {
+            // Sets the phase to Ready with the new epoch.
             return self.take_identity(txn).await;
         }
-        txn.shared().phase = TxnPhase::Ready;
+        self.end_phase(txn, TxnPhase::Ready);
         Ok(())
     }
 }
@@ -522,7 +558,12 @@ impl Sender {
             tokio::select! {
                 command = commands.recv(), if !closing => match command {
                     Some(Command::Append { record, partition, partition_count, ticket }) => {
-                        self.append(record, partition, partition_count, ticket);
+                        match self.refused_outside_transaction() {
+                            Some(error) => {
+                                let _ = ticket.reply.send(Err(error));
+                            }
+                            None => self.append(record, partition, partition_count, ticket),
+                        }
                     }
                     Some(Command::Flush(done)) => flush_waiters.push(done),
                     Some(Command::Close(done)) => {
@@ -634,7 +675,8 @@ impl Sender {
         };
         let (new, identity) = {
             let shared = txn.shared();
-            if shared.failure.is_some() {
+            let open = matches!(shared.phase, TxnPhase::InTransaction | TxnPhase::Ending);
+            if shared.failure.is_some() || !open {
                 return;
             }
             let new: Vec<TopicPartition> = self
@@ -765,6 +807,20 @@ impl Sender {
                 result => self.finish_batch(batch, result),
             }
         }
+    }
+
+    /// A transactional producer takes records only inside a transaction,
+    /// judged when the record reaches this task: a commit sets `Ending`
+    /// before its flush goes down the same channel, so every record taken
+    /// is delivered (or failed) before the commit is sent.
+    fn refused_outside_transaction(&self) -> Option<ClientError> {
+        let txn = self.txn.as_ref()?;
+        let phase = txn.shared().phase.clone();
+        (phase != TxnPhase::InTransaction).then(|| {
+            ClientError::InvalidTransactionState(format!(
+                "records are sent inside a transaction (the producer is {phase:?})"
+            ))
+        })
     }
 
     /// A transactional batch whose partition is not (or could not be)

@@ -17,10 +17,10 @@ use crate::coordinator::{Coordinator, RetryPolicy};
 use crate::error::{ClientError, Result};
 use crate::messages::{self, ConsumerGroupMetadata};
 
-/// Pause between retries of a call the coordinator answered
-/// CONCURRENT_TRANSACTIONS (the previous transaction's markers are still
-/// being written, usually for a few ms), doubled up to
-/// `CONCURRENT_RETRY_MS_MAX`.
+/// Pause between retries of a call the coordinator answered with a
+/// retriable error, mostly CONCURRENT_TRANSACTIONS (the previous
+/// transaction's markers are still being written, usually for a few ms),
+/// doubled up to `CONCURRENT_RETRY_MS_MAX`.
 const CONCURRENT_RETRY_MS: u64 = 2;
 const CONCURRENT_RETRY_MS_MAX: u64 = 50;
 
@@ -33,6 +33,9 @@ pub enum TxnPhase {
     Ready,
     /// `begin_transaction` was called: records may be sent.
     InTransaction,
+    /// `commit_transaction` or `abort_transaction` runs: records enqueued
+    /// before it are delivered, later ones refused.
+    Ending,
     /// Another instance took the transactional id over, or the id's
     /// producer was refused for good: the producer must be closed.
     Fenced(String),
@@ -103,10 +106,13 @@ impl TransactionManager {
         let mut pause_ms = CONCURRENT_RETRY_MS;
         loop {
             match self.coordinator.call(api, body, &decode).await {
-                Err(ClientError::Broker {
-                    code: ErrorCode::ConcurrentTransactions,
-                    ..
-                }) if Instant::now() + Duration::from_millis(pause_ms) < deadline => {
+                // CONCURRENT_TRANSACTIONS, and writes of the coordinator
+                // that timed out waiting for replication: the same call
+                // again finds out where the transaction stands.
+                Err(error)
+                    if error.is_retriable()
+                        && Instant::now() + Duration::from_millis(pause_ms) < deadline =>
+                {
                     tokio::time::sleep(Duration::from_millis(pause_ms)).await;
                     pause_ms = (pause_ms * 2).min(CONCURRENT_RETRY_MS_MAX);
                 }

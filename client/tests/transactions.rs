@@ -214,14 +214,13 @@ fn strings(values: &[&str]) -> Vec<String> {
 }
 
 fn is_fenced(error: &ClientError) -> bool {
-    match error {
-        ClientError::Broker { code, .. } => matches!(
-            code,
-            ErrorCode::ProducerFenced | ErrorCode::InvalidProducerEpoch
-        ),
-        ClientError::InvalidTransactionState(_) => true,
-        _ => false,
-    }
+    matches!(
+        error,
+        ClientError::Broker {
+            code: ErrorCode::ProducerFenced | ErrorCode::InvalidProducerEpoch,
+            ..
+        }
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -340,6 +339,25 @@ async fn transactions_commit_abort_fence_and_time_out() {
     }
 }
 
+/// A controller quorum (2 s broker sessions) and three brokers of one
+/// shard whose `__transaction_state` and `__consumer_offsets` have 3
+/// replicas; the runtime drives the clients.
+fn rf3_cluster(root: &Path) -> (Quorum, tokio::runtime::Runtime, Brokers) {
+    let path = root.join("rf3.toml");
+    std::fs::write(
+        &path,
+        "[transactions]\nstate_topic_partitions = 2\nstate_topic_replication_factor = 3\n\
+         [groups]\noffsets_topic_partitions = 2\noffsets_topic_replication_factor = 3\n",
+    )
+    .unwrap();
+    let config = path.to_string_lossy().into_owned();
+    let quorum = Quorum::start(&["--session-timeout-ms", "2000"]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(quorum.leader(Duration::from_secs(20)));
+    let brokers = Brokers::start_with(root, quorum.controller_list(), 1, &["--config", &config]);
+    (quorum, runtime, brokers)
+}
+
 fn numbered(prefix: &str, count: usize) -> Vec<String> {
     (0..count).map(|i| format!("{prefix}{i:02}")).collect()
 }
@@ -352,22 +370,7 @@ async fn send_all(producer: &Producer, values: &[String]) {
 #[test]
 fn transactions_survive_the_kill_of_their_coordinator() {
     let root = tempfile::tempdir().unwrap();
-    let path = root.path().join("txn-rf3.toml");
-    std::fs::write(
-        &path,
-        "[transactions]\nstate_topic_partitions = 2\nstate_topic_replication_factor = 3\n",
-    )
-    .unwrap();
-    let config = path.to_string_lossy().into_owned();
-    let quorum = Quorum::start(&["--session-timeout-ms", "2000"]);
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(quorum.leader(Duration::from_secs(20)));
-    let mut brokers = Brokers::start_with(
-        root.path(),
-        quorum.controller_list(),
-        1,
-        &["--config", &config],
-    );
+    let (_quorum, runtime, mut brokers) = rf3_cluster(root.path());
     let bootstrap = brokers.bootstrap_all();
     let admin = runtime.block_on(async {
         let admin = Admin::connect(&bootstrap, client_config()).await.unwrap();
@@ -721,23 +724,7 @@ fn a_pipeline_stays_exactly_once_while_a_partition_leader_is_killed() {
     const RECORDS: usize = 2_000;
     let example = transform_example();
     let root = tempfile::tempdir().unwrap();
-    let path = root.path().join("pipeline-rf3.toml");
-    std::fs::write(
-        &path,
-        "[transactions]\nstate_topic_partitions = 2\nstate_topic_replication_factor = 3\n\
-         [groups]\noffsets_topic_partitions = 2\noffsets_topic_replication_factor = 3\n",
-    )
-    .unwrap();
-    let config = path.to_string_lossy().into_owned();
-    let quorum = Quorum::start(&["--session-timeout-ms", "2000"]);
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(quorum.leader(Duration::from_secs(20)));
-    let mut brokers = Brokers::start_with(
-        root.path(),
-        quorum.controller_list(),
-        1,
-        &["--config", &config],
-    );
+    let (_quorum, runtime, mut brokers) = rf3_cluster(root.path());
     let bootstrap = brokers.bootstrap_all();
     let admin = runtime.block_on(async {
         let admin = Admin::connect(&bootstrap, client_config()).await.unwrap();

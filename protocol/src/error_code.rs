@@ -90,10 +90,13 @@ pub enum ErrorCode {
     InvalidTransactionTimeout = 44,
     /// The coordinator holds no such transactional id.
     TransactionalIdNotFound = 45,
+    /// Offsets of the partition were committed in a transaction not yet
+    /// decided: retry.
+    UnstableOffsetCommit = 46,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 46] = [
+    const ALL: [ErrorCode; 47] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -140,6 +143,7 @@ impl ErrorCode {
         ErrorCode::InvalidProducerIdMapping,
         ErrorCode::InvalidTransactionTimeout,
         ErrorCode::TransactionalIdNotFound,
+        ErrorCode::UnstableOffsetCommit,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -174,6 +178,7 @@ impl ErrorCode {
                 | ErrorCode::CoordinatorLoadInProgress
                 | ErrorCode::CoordinatorNotAvailable
                 | ErrorCode::ConcurrentTransactions
+                | ErrorCode::UnstableOffsetCommit
         )
     }
 
@@ -225,6 +230,7 @@ impl ErrorCode {
             ErrorCode::InvalidProducerIdMapping => "INVALID_PRODUCER_ID_MAPPING",
             ErrorCode::InvalidTransactionTimeout => "INVALID_TRANSACTION_TIMEOUT",
             ErrorCode::TransactionalIdNotFound => "TRANSACTIONAL_ID_NOT_FOUND",
+            ErrorCode::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
         }
     }
 }

@@ -47,6 +47,8 @@ impl Default for CoordinatorConfig {
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum GroupError {
+    #[error("{0} has offsets committed in a transaction still open; retry")]
+    UnstableOffsetCommit(TopicPartition),
     #[error("invalid group id: {0}")]
     InvalidGroupId(String),
     #[error("invalid request: {0}")]
@@ -97,6 +99,7 @@ impl GroupError {
             GroupError::UnreleasedInstanceId(_) => C::UnreleasedInstanceId,
             GroupError::CoordinatorFull(_) => C::GroupMaxSizeReached,
             GroupError::UnknownTopicOrPartition(_) => C::UnknownTopicOrPartition,
+            GroupError::UnstableOffsetCommit(_) => C::UnstableOffsetCommit,
             GroupError::GroupSubscribedToTopic { .. } => C::GroupSubscribedToTopic,
         }
     }
@@ -949,6 +952,12 @@ impl GroupCoordinator {
     /// producer's transactional batch and take effect at the commit marker.
     pub fn txn_commit(&mut self, req: &CommitRequest, producer_id: i64, now: Now) -> Written<()> {
         let pending = self.pending_txn.get(&producer_id).map_or(0, Vec::len);
+        if pending == 0 && self.pending_txn.len() >= PENDING_TXN_PRODUCERS_MAX {
+            return Written {
+                records: Vec::new(),
+                response: Err(GroupError::CoordinatorFull(PENDING_TXN_PRODUCERS_MAX)),
+            };
+        }
         if pending + req.offsets.len() > PENDING_TXN_OFFSETS_MAX {
             return Written {
                 records: Vec::new(),
@@ -1061,6 +1070,16 @@ impl GroupCoordinator {
         check_group_id(group_id)?;
         let empty = BTreeMap::new();
         let offsets = self.groups.get(group_id).map_or(&empty, |g| &g.offsets);
+        // A member starting a partition must not read an offset an open
+        // transaction (perhaps a fenced owner's) may still replace: it
+        // retries once the marker decided (Kafka's require_stable).
+        if let Some(list) = partitions {
+            for pending in self.pending_txn.values().flatten() {
+                if pending.0 == group_id && list.contains(&pending.1) {
+                    return Err(GroupError::UnstableOffsetCommit(pending.1.clone()));
+                }
+            }
+        }
         Ok(match partitions {
             Some(list) => list
                 .iter()

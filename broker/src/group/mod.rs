@@ -36,6 +36,8 @@ pub const SUBSCRIBED_TOPICS_MAX: usize = 1000;
 pub const PARTITIONS_PER_REQUEST_MAX: usize = 100_000;
 /// Offsets one producer's open transaction may commit in one coordinator.
 pub const PENDING_TXN_OFFSETS_MAX: usize = 100_000;
+/// Producers with offsets pending in one coordinator at once.
+pub const PENDING_TXN_PRODUCERS_MAX: usize = 10_000;
 /// A member's session: it is removed when no heartbeat came for this long.
 pub const SESSION_TIMEOUT_MS_DEFAULT: u32 = 45_000;
 pub const SESSION_TIMEOUT_MS_MIN: u32 = 1_000;
@@ -62,6 +64,22 @@ impl TopicPartition {
             partition: PartitionIndex(partition),
         }
     }
+}
+
+/// Sorted partitions as runs per topic (topic, partition indexes), the
+/// shape the wire's per-topic lists take.
+pub fn runs_by_topic<'a>(
+    partitions: impl IntoIterator<Item = &'a TopicPartition>,
+) -> Vec<(&'a str, Vec<i32>)> {
+    let mut by_topic: Vec<(&str, Vec<i32>)> = Vec::new();
+    for tp in partitions {
+        let index = i32::try_from(tp.partition.0).unwrap_or(i32::MAX);
+        match by_topic.last_mut() {
+            Some((topic, list)) if *topic == tp.topic => list.push(index),
+            _ => by_topic.push((&tp.topic, vec![index])),
+        }
+    }
+    by_topic
 }
 
 impl fmt::Display for TopicPartition {

@@ -67,15 +67,7 @@ fn write_partitions<'a>(
         protocol::flatbuffers::ForwardsUOffset<wire::TopicPartitions<'a>>,
     >,
 > {
-    let mut by_topic: Vec<(&str, Vec<i32>)> = Vec::new();
-    for tp in partitions {
-        let index = i32::try_from(tp.partition.0).unwrap_or(i32::MAX);
-        match by_topic.last_mut() {
-            Some((topic, list)) if *topic == tp.topic => list.push(index),
-            _ => by_topic.push((&tp.topic, vec![index])),
-        }
-    }
-    let items: Vec<_> = by_topic
+    let items: Vec<_> = crate::group::runs_by_topic(partitions)
         .into_iter()
         .map(|(topic, list)| {
             let topic = fbb.create_string(topic);

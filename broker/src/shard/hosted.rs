@@ -213,16 +213,25 @@ impl Shard {
                 };
                 change(core)
             };
-            if !records.is_empty() {
+            let wrote = !records.is_empty();
+            if wrote {
                 C::on_written(self, &records);
                 self.append_hosted(&slot, &records, producer).await?;
             }
-            answer
+            (answer, wrote)
         };
         // Errors wait too: "no such group" right after an unreplicated
         // delete would otherwise show a state a failover can undo.
-        self.wait_hosted_committed(&slot).await?;
-        Ok(answer)
+        if let Err(e) = self.wait_hosted_committed(&slot).await {
+            if answer.1 {
+                // The state moved on with records whose fate is unknown
+                // (and may owe work, such as a prepared transaction's
+                // markers): the log decides, through a reload.
+                self.drop_hosted(&slot);
+            }
+            return Err(e);
+        }
+        Ok(answer.0)
     }
 
     /// Runs a change that answers nobody (a tick, a topic change) under the
@@ -426,7 +435,7 @@ impl Shard {
     /// partition again if this shard still leads it.
     /// The reload waits `LOAD_RETRY_MS`, so a write that keeps failing (a
     /// full disk, a record over the topic's batch bound) does not spin.
-    fn drop_hosted<C: HostedCore>(self: &Rc<Self>, slot: &Rc<Slot<C>>) {
+    pub(super) fn drop_hosted<C: HostedCore>(self: &Rc<Self>, slot: &Rc<Slot<C>>) {
         *slot.state.borrow_mut() = SlotState::Gone;
         let slots = C::slots(self);
         let current = slots.map.borrow().get(&slot.partition).cloned();

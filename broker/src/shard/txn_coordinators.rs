@@ -63,6 +63,23 @@ pub enum TxnOp {
     Describe(String),
 }
 
+impl TxnOp {
+    fn transactional_id(&self) -> &str {
+        match self {
+            TxnOp::InitProducerId {
+                transactional_id, ..
+            }
+            | TxnOp::AddPartitions {
+                transactional_id, ..
+            }
+            | TxnOp::EndTxn {
+                transactional_id, ..
+            }
+            | TxnOp::Describe(transactional_id) => transactional_id,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum TxnAnswer {
     Producer(ProducerId, ProducerEpoch),
@@ -145,8 +162,9 @@ impl Shard {
         let now_ms = self.clock.now_ms();
         let (markers, answer) = self
             .hosted_call(partition, |core: &mut TxnCoordinator| {
+                let id = op.transactional_id().to_owned();
                 let out = run_op(core, op, now_ms);
-                core.check_invariants();
+                core.check_id(&id);
                 out
             })
             .await?;
@@ -179,7 +197,9 @@ impl Shard {
                 let markers = self
                     .hosted_internal(&slot, |core: &mut TxnCoordinator| {
                         let written = core.tick(now_ms);
-                        core.check_invariants();
+                        for record in &written.records {
+                            core.check_id(&record.transactional_id);
+                        }
                         (written.records, written.markers)
                     })
                     .await
@@ -187,12 +207,15 @@ impl Shard {
                 if markers.is_empty() {
                     continue;
                 }
-                // Markers only once the abort decision is replicated.
+                // Markers only once the abort decision is replicated; if
+                // that fails, a reload of the log sends them.
                 if self.wait_hosted_committed(&*slot).await.is_ok() {
                     for work in markers {
                         tracing::info!(transactional_id = %work.transactional_id, "aborting a transaction past its timeout");
                         self.spawn_markers(slot.clone(), work);
                     }
+                } else {
+                    self.drop_hosted(&slot);
                 }
             }
         }
@@ -228,11 +251,24 @@ impl Shard {
             runtime::sleep(Duration::from_millis(backoff_ms)).await;
             backoff_ms = (backoff_ms * 2).min(MARKER_RETRY_MS_MAX);
         }
-        let now_ms = self.clock.now_ms();
-        self.hosted_internal(&slot, |core: &mut TxnCoordinator| {
-            (core.markers_written(&work, now_ms), ())
-        })
-        .await;
+        // Complete, retried while the partition cannot take writes (too few
+        // in-sync replicas); a dropped slot's reload resends the markers.
+        let mut backoff_ms = MARKER_RETRY_MS_MIN;
+        while !slot.is_gone() && !self.stopping.get() {
+            let now_ms = self.clock.now_ms();
+            let written = self
+                .hosted_internal(&slot, |core: &mut TxnCoordinator| {
+                    let records = core.markers_written(&work, now_ms);
+                    core.check_id(&work.transactional_id);
+                    (records, ())
+                })
+                .await;
+            if written.is_some() {
+                return;
+            }
+            runtime::sleep(Duration::from_millis(backoff_ms)).await;
+            backoff_ms = (backoff_ms * 2).min(MARKER_RETRY_MS_MAX);
+        }
     }
 
     /// One round: every partition's leader is asked to write the marker.
@@ -467,15 +503,7 @@ pub fn encode_topics<'a>(
         protocol::flatbuffers::ForwardsUOffset<wire::TxnMarkerTopic<'a>>,
     >,
 > {
-    let mut by_topic: Vec<(&str, Vec<i32>)> = Vec::new();
-    for tp in partitions {
-        let index = i32::try_from(tp.partition.0).unwrap_or(i32::MAX);
-        match by_topic.last_mut() {
-            Some((topic, list)) if *topic == tp.topic => list.push(index),
-            _ => by_topic.push((&tp.topic, vec![index])),
-        }
-    }
-    let topics: Vec<_> = by_topic
+    let topics: Vec<_> = crate::group::runs_by_topic(partitions)
         .into_iter()
         .map(|(name, list)| {
             let name = fbb.create_string(name);

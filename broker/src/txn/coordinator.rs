@@ -455,27 +455,35 @@ impl TxnCoordinator {
 
     /// Invariants of every id's metadata.
     pub fn check_invariants(&self) {
-        for (id, m) in &self.ids {
-            assert!(
-                m.partitions.windows(2).all(|w| w[0] < w[1]),
-                "{id}: partitions sorted and distinct"
-            );
-            match m.state {
-                TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort => assert!(
-                    !m.partitions.is_empty() && m.start_ms >= 0,
-                    "{id}: an open or prepared transaction has partitions and a start"
-                ),
-                TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => assert!(
-                    m.partitions.is_empty(),
-                    "{id}: no partitions outside a transaction"
-                ),
-            }
-            assert!(m.producer_epoch.0 >= 0);
-            assert!(
-                m.producer_epoch.0 <= PRODUCER_EPOCH_MAX || m.state != TxnState::Ongoing,
-                "{id}: an open transaction leaves room for the fencing bump"
-            );
+        for id in self.ids.keys() {
+            self.check_id(id);
         }
+        assert!(self.ids.len() <= TXN_IDS_PER_COORDINATOR_MAX);
+    }
+
+    /// Invariants of one id's metadata (checked after each change: the
+    /// whole table may hold many ids).
+    pub fn check_id(&self, id: &str) {
+        let Some(m) = self.ids.get(id) else { return };
+        assert!(
+            m.partitions.windows(2).all(|w| w[0] < w[1]),
+            "{id}: partitions sorted and distinct"
+        );
+        match m.state {
+            TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort => assert!(
+                !m.partitions.is_empty() && m.start_ms >= 0,
+                "{id}: an open or prepared transaction has partitions and a start"
+            ),
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => assert!(
+                m.partitions.is_empty(),
+                "{id}: no partitions outside a transaction"
+            ),
+        }
+        assert!(m.producer_epoch.0 >= 0);
+        assert!(
+            m.producer_epoch.0 <= PRODUCER_EPOCH_MAX || m.state != TxnState::Ongoing,
+            "{id}: an open transaction leaves room for the fencing bump"
+        );
         assert!(self.ids.len() <= TXN_IDS_PER_COORDINATOR_MAX);
     }
 }
