@@ -358,6 +358,24 @@ fn rf3_cluster(root: &Path) -> (Quorum, tokio::runtime::Runtime, Brokers) {
     (quorum, runtime, brokers)
 }
 
+/// Stops every broker cleanly and runs `verify-log` on each replica of
+/// `topic`.
+fn stop_and_verify(brokers: &mut Brokers, topic: &str, partitions: i32) {
+    for id in 1..=3 {
+        brokers.stop(id);
+    }
+    for id in 1..=3 {
+        for p in 0..partitions {
+            verify_log(
+                &brokers
+                    .data_dir(id)
+                    .join("topics")
+                    .join(format!("{topic}-{p}")),
+            );
+        }
+    }
+}
+
 fn numbered(prefix: &str, count: usize) -> Vec<String> {
     (0..count).map(|i| format!("{prefix}{i:02}")).collect()
 }
@@ -465,19 +483,7 @@ fn transactions_survive_the_kill_of_their_coordinator() {
         &expected,
     ));
     assert_eq!(reread, read, "same records, same order, after restarts");
-    for id in 1..=3 {
-        brokers.stop(id);
-    }
-    for id in 1..=3 {
-        for p in 0..RF3_PARTITIONS {
-            verify_log(
-                &brokers
-                    .data_dir(id)
-                    .join("topics")
-                    .join(format!("{RF3_TOPIC}-{p}")),
-            );
-        }
-    }
+    stop_and_verify(&mut brokers, RF3_TOPIC, RF3_PARTITIONS);
 }
 
 fn signal(pid: u32, signal: &str) {
@@ -798,17 +804,5 @@ fn a_pipeline_stays_exactly_once_while_a_partition_leader_is_killed() {
         IsolationLevel::ReadCommitted,
     ));
     assert_eq!(reread, expected, "the same after restarts");
-    for id in 1..=3 {
-        brokers.stop(id);
-    }
-    for id in 1..=3 {
-        for p in 0..PARTITIONS {
-            verify_log(
-                &brokers
-                    .data_dir(id)
-                    .join("topics")
-                    .join(format!("{OUTPUT}-{p}")),
-            );
-        }
-    }
+    stop_and_verify(&mut brokers, OUTPUT, PARTITIONS);
 }

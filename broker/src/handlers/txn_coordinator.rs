@@ -108,9 +108,10 @@ fn read_partitions<'a>(
     Ok(Ok(out))
 }
 
-fn error_reply(
+/// An answer that is only an error code and message.
+fn error_reply<'a, T>(
     result: Result<(), OpError>,
-    build: impl FnOnce(&mut FlatBufferBuilder<'static>, u16, WIPOffset<&str>) -> Vec<u8>,
+    build: impl FnOnce(&mut FlatBufferBuilder<'a>, u16, WIPOffset<&'a str>) -> WIPOffset<T>,
 ) -> HandlerResult {
     let (code, message) = match result {
         Ok(()) => (0, String::new()),
@@ -118,8 +119,9 @@ fn error_reply(
     };
     let mut fbb = FlatBufferBuilder::new();
     let message = fbb.create_string(&message);
+    let root = build(&mut fbb, code, message);
     Ok(Reply::Body {
-        body: build(&mut fbb, code, message),
+        body: finish(fbb, root),
         payload: Vec::new(),
     })
 }
@@ -142,15 +144,13 @@ pub(super) async fn add_partitions(shard: &Rc<Shard>, body: &[u8]) -> HandlerRes
         }
     };
     error_reply(result, |fbb, error_code, message| {
-        let root = wire::AddPartitionsToTxnResponse::create(
+        wire::AddPartitionsToTxnResponse::create(
             fbb,
             &wire::AddPartitionsToTxnResponseArgs {
                 error_code,
                 error_message: Some(message),
             },
-        );
-        fbb.finish_minimal(root);
-        fbb.finished_data().to_vec()
+        )
     })
 }
 
@@ -174,15 +174,13 @@ pub(super) async fn add_offsets(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult
         }
     };
     error_reply(result, |fbb, error_code, message| {
-        let root = wire::AddOffsetsToTxnResponse::create(
+        wire::AddOffsetsToTxnResponse::create(
             fbb,
             &wire::AddOffsetsToTxnResponseArgs {
                 error_code,
                 error_message: Some(message),
             },
-        );
-        fbb.finish_minimal(root);
-        fbb.finished_data().to_vec()
+        )
     })
 }
 
@@ -199,15 +197,13 @@ pub(super) async fn end_txn(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
         .await
         .map(|_| ());
     error_reply(result, |fbb, error_code, message| {
-        let root = wire::EndTxnResponse::create(
+        wire::EndTxnResponse::create(
             fbb,
             &wire::EndTxnResponseArgs {
                 error_code,
                 error_message: Some(message),
             },
-        );
-        fbb.finish_minimal(root);
-        fbb.finished_data().to_vec()
+        )
     })
 }
 

@@ -361,8 +361,7 @@ impl Shard {
         producer_epoch: ProducerEpoch,
     ) -> Result<Sequence, OpError> {
         let replica = self.replica(&slot.key())?;
-        let table = replica.log.producer_state();
-        let Some(entry) = table.get(producer_id) else {
+        let Some(entry) = replica.log.producer_entry(producer_id) else {
             return Ok(Sequence(0));
         };
         if producer_epoch < entry.epoch {

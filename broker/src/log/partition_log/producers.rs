@@ -27,6 +27,14 @@ impl PartitionLog {
         self.state.borrow().producers.clone()
     }
 
+    /// One producer's state as of the log end.
+    pub fn producer_entry(
+        &self,
+        producer_id: protocol::ProducerId,
+    ) -> Option<crate::log::producer_state::ProducerEntry> {
+        self.state.borrow().producers.get(producer_id).cloned()
+    }
+
     /// Producers this replica remembers.
     pub fn producer_count(&self) -> usize {
         self.state.borrow().producers.len()
