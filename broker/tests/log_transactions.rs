@@ -217,6 +217,7 @@ fn run_ops(ops: Vec<Op>) {
                             MarkerKind::Abort
                         },
                         coordinator_epoch: 0,
+                        transaction_number: 0,
                     };
                     let info = append_marker(&log, producer, marker).await;
                     events.push(Event {
@@ -298,6 +299,7 @@ fn an_abort_in_a_rolled_segment_survives_a_crash_and_a_lost_index_file() {
         let abort = TxnMarker {
             kind: MarkerKind::Abort,
             coordinator_epoch: 0,
+            transaction_number: 0,
         };
         // A client may not write markers: the same batch through the produce
         // path is refused.
@@ -376,6 +378,7 @@ fn compaction_drops_aborted_values_and_leaves_open_transactions_alone() {
         let abort = TxnMarker {
             kind: MarkerKind::Abort,
             coordinator_epoch: 0,
+            transaction_number: 0,
         };
         let commit = TxnMarker {
             kind: MarkerKind::Commit,
@@ -464,6 +467,7 @@ fn transactions_open_too_long_are_reported_until_a_marker_ends_them() {
         let abort = TxnMarker {
             kind: MarkerKind::Abort,
             coordinator_epoch: 0,
+            transaction_number: 0,
         };
         append_marker(&log, 1, abort).await;
         assert!(log.hanging_transactions(100_000, 5_000).is_empty());
@@ -471,6 +475,80 @@ fn transactions_open_too_long_are_reported_until_a_marker_ends_them() {
             log.last_stable_offset(log.log_end_offset()),
             log.log_end_offset()
         );
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_resent_marker_is_not_written_twice_after_a_roll_or_a_reopen() {
+    // Proves a marker repeating its transaction (as a coordinator that took
+    // over resends it) is answered with the original's offset and written
+    // nothing, whether the original is known from the live state, from a
+    // snapshot, or only from the log after the snapshots are gone; and that
+    // a late resend of an ended transaction never ends the next one.
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let log = open(dir.path(), config(), &clock).await;
+        let commit = |coordinator_epoch, transaction_number| TxnMarker {
+            kind: MarkerKind::Commit,
+            coordinator_epoch,
+            transaction_number,
+        };
+        log.append(&keyed(1, 0, true, "a", "1"), LEADER_EPOCH)
+            .await
+            .unwrap();
+        let first = append_marker(&log, 1, commit(0, 1)).await;
+        assert!(!first.duplicate);
+        let end = log.log_end_offset();
+        let resent = append_marker(&log, 1, commit(1, 1)).await;
+        assert!(resent.duplicate);
+        assert_eq!(resent.base_offset, first.base_offset);
+        assert_eq!(log.log_end_offset(), end);
+
+        // Segments roll (each roll snapshots the producers); the
+        // transaction is still known.
+        filler(&log, 0, 40).await;
+        assert!(log.segment_count() > 2);
+        assert!(append_marker(&log, 1, commit(1, 1)).await.duplicate);
+
+        // The next transaction, open when the first one's resend comes.
+        log.append(&keyed(1, 1, true, "b", "2"), LEADER_EPOCH)
+            .await
+            .unwrap();
+        let open_from = log.log_end_offset().0 - 1;
+        let late = append_marker(&log, 1, commit(0, 1)).await;
+        assert!(late.duplicate);
+        assert_eq!(
+            log.last_stable_offset(log.log_end_offset()).0,
+            open_from,
+            "the late resend ended nothing"
+        );
+        let second = append_marker(&log, 1, commit(1, 2)).await;
+        assert!(!second.duplicate);
+        log.close().await.unwrap();
+        drop(log);
+
+        let log = open(dir.path(), config(), &clock).await;
+        let again = append_marker(&log, 1, commit(1, 2)).await;
+        assert!(again.duplicate);
+        assert_eq!(again.base_offset, second.base_offset);
+        log.close().await.unwrap();
+        drop(log);
+
+        // Without any snapshot the state is rebuilt from the markers.
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "snapshot") {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+        let log = open(dir.path(), config(), &clock).await;
+        let end = log.log_end_offset();
+        let again = append_marker(&log, 1, commit(2, 2)).await;
+        assert!(again.duplicate);
+        assert_eq!(again.base_offset, second.base_offset);
+        assert_eq!(log.log_end_offset(), end);
         log.close().await.unwrap();
     });
 }

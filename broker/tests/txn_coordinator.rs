@@ -62,6 +62,7 @@ fn a_new_instance_fences_the_old_and_aborts_what_it_left_open() {
             producer_epoch: ProducerEpoch(1),
             commit: false,
             partitions: parts.to_vec(),
+            transaction_number: 1,
         }]
     );
     // The zombie is fenced everywhere from now on.
@@ -153,6 +154,11 @@ fn commit_is_two_phase_and_retries_are_answered() {
         ..markers[0].clone()
     };
     assert!(c.markers_written(&stale, 6).is_empty());
+    let earlier = MarkerWork {
+        transaction_number: markers[0].transaction_number - 1,
+        ..markers[0].clone()
+    };
+    assert!(c.markers_written(&earlier, 6).is_empty());
     log.extend(c.markers_written(&markers[0], 6));
     assert_eq!(c.get("t").unwrap().state, TxnState::CompleteCommit);
     assert!(c.pending_markers().is_empty());
@@ -171,6 +177,11 @@ fn commit_is_two_phase_and_retries_are_answered() {
     .0
     .unwrap();
     assert_eq!(c.get("t").unwrap().partitions, [tp("z", 0)]);
+    // Each transaction has its own number, which its markers carry.
+    assert_eq!(
+        c.get("t").unwrap().transaction_number,
+        markers[0].transaction_number + 1
+    );
     assert!(rebuilt(&log).same_state(&c));
 }
 
@@ -225,6 +236,7 @@ fn an_exhausted_epoch_takes_a_new_producer_id_and_bad_requests_are_refused() {
             start_ms: -1,
             update_ms: 0,
             partitions: Vec::new(),
+            transaction_number: 1,
         }),
     });
     let fresh = c.init_producer_id("old", TIMEOUT_MS, ProducerId(99), 1);
@@ -242,6 +254,7 @@ fn an_exhausted_epoch_takes_a_new_producer_id_and_bad_requests_are_refused() {
             start_ms: 0,
             update_ms: 0,
             partitions: vec![tp("a", 0)],
+            transaction_number: 1,
         }),
     });
     let fenced = c.init_producer_id("edge", TIMEOUT_MS, ProducerId(100), 1);

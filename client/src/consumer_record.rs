@@ -212,6 +212,7 @@ mod tests {
         let marker = TxnMarker {
             kind,
             coordinator_epoch: 0,
+            transaction_number: 0,
         };
         let mut bytes = build_marker_batch(ProducerId(producer_id), ProducerEpoch(0), marker, 5);
         stamp(&mut bytes, Offset(base_offset), LeaderEpoch(0));

@@ -1041,6 +1041,9 @@ pub struct TxnMarkerEntry {
     pub commit: bool,
     pub coordinator_epoch: i32,
     pub partitions: Vec<TopicPartition>,
+    /// The transaction's number at its coordinator (0: unknown, always
+    /// written).
+    pub transaction_number: i64,
 }
 
 pub fn write_txn_markers_request(markers: &[TxnMarkerEntry], timeout_ms: i32) -> Vec<u8> {
@@ -1056,6 +1059,7 @@ pub fn write_txn_markers_request(markers: &[TxnMarkerEntry], timeout_ms: i32) ->
                 commit: m.commit,
                 coordinator_epoch: m.coordinator_epoch,
                 topics,
+                transaction_number: m.transaction_number,
             },
         ));
     }

@@ -99,6 +99,7 @@ async fn end_transaction(cluster: &Cluster, id: (ProducerId, ProducerEpoch), com
         commit,
         coordinator_epoch: 0,
         partitions: vec![TopicPartition::new(TOPIC, 0)],
+        transaction_number: 0,
     };
     let body = messages::write_txn_markers_request(&[marker], 10_000);
     let response = cluster

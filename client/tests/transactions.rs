@@ -8,7 +8,9 @@
 //! Everything is read back from disk after a kill -9 and a restart, and
 //! `verify-log` passes on the files. With three brokers (RF 3), a
 //! transaction survives the kill -9 of its coordinator while open and right
-//! after the commit decision. The consume-transform-produce example stays
+//! after the commit decision, and when the coordinator dies between the
+//! markers of a transaction each partition still holds its marker once. The
+//! consume-transform-produce example stays
 //! exactly-once while killed with -9 at random points, while a paused
 //! (SIGSTOP) instance is replaced and then resumed, and (RF 3) while a
 //! partition leader is killed.
@@ -484,6 +486,184 @@ fn transactions_survive_the_kill_of_their_coordinator() {
     ));
     assert_eq!(reread, read, "same records, same order, after restarts");
     stop_and_verify(&mut brokers, RF3_TOPIC, RF3_PARTITIONS);
+}
+
+/// Control batches in one replica's segment files: how many markers, and
+/// whether any transactional data batch is there.
+fn markers_on_disk(dir: &Path) -> (usize, bool) {
+    let mut markers = 0;
+    let mut data = false;
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    files.sort();
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        let mut at = 0;
+        while at < bytes.len() {
+            let Ok((batch, used)) = protocol::RecordBatch::parse_prefix(&bytes[at..], 1 << 24)
+            else {
+                break;
+            };
+            let header = batch.header();
+            if header.is_control() {
+                protocol::record_batch::marker::parse_marker(&batch).unwrap();
+                markers += 1;
+            } else if header.is_transactional() {
+                data = true;
+            }
+            at += used;
+        }
+    }
+    (markers, data)
+}
+
+/// The coordinator dies between a transaction's markers: the partition of
+/// an RF 1 topic whose only broker is paused (SIGSTOP) cannot take its
+/// marker while the RF 3 partitions took theirs (read_committed readers
+/// see them), the coordinator is killed (-9) in PrepareCommit, and its
+/// successor resends every marker once the broker resumes. The transaction
+/// completes and every partition holds its marker exactly once, on every
+/// replica's disk.
+#[test]
+fn markers_land_once_when_the_coordinator_fails_over_between_them() {
+    const RF1_TOPIC: &str = "txn-rf1";
+    let root = tempfile::tempdir().unwrap();
+    let (_quorum, runtime, mut brokers) = rf3_cluster(root.path());
+    let bootstrap = brokers.bootstrap_all();
+    let admin = runtime.block_on(async {
+        let admin = Admin::connect(&bootstrap, client_config()).await.unwrap();
+        let configs = [("min.insync.replicas".to_string(), "2".to_string())];
+        admin
+            .create_topic(RF3_TOPIC, RF3_PARTITIONS, 3, &configs)
+            .await
+            .unwrap();
+        admin.create_topic(RF1_TOPIC, 3, 1, &[]).await.unwrap();
+        admin
+    });
+    let producer = runtime.block_on(async {
+        let producer = transactional(&bootstrap, "once-tx", 60_000).await;
+        producer.init_transactions().await.unwrap();
+        producer
+    });
+    let coordinator = runtime
+        .block_on(admin.find_transaction_coordinator("once-tx"))
+        .unwrap()
+        .node_id as u32;
+    // An RF 1 partition led elsewhere; its broker is paused below.
+    let described = runtime.block_on(admin.describe_topic(RF1_TOPIC)).unwrap();
+    let (partition, paused) = described
+        .partitions
+        .iter()
+        .find(|p| p.leader > 0 && p.leader as u32 != coordinator)
+        .map(|p| (p.partition, p.leader as u32))
+        .expect("the RF 1 topic's partitions are spread over the brokers");
+    let reader = (1..=3)
+        .find(|id| *id != coordinator && *id != paused)
+        .unwrap();
+    let reader_bootstrap = brokers.bootstrap(reader);
+    let committed = numbered("m-", 20);
+    let pinned = numbered("x-", 5);
+    runtime.block_on(async {
+        producer.begin_transaction().unwrap();
+        send_all(&producer, &committed).await;
+        let mut futures = Vec::new();
+        for v in &pinned {
+            let record = client::ProducerRecord {
+                topic: RF1_TOPIC.to_owned(),
+                partition: Some(partition),
+                value: Some(Bytes::from(v.clone())),
+                ..Default::default()
+            };
+            futures.push(producer.enqueue(record).await.unwrap());
+        }
+        for f in futures {
+            f.await.unwrap();
+        }
+    });
+    brokers.signal(paused, "-STOP");
+    let producer = std::sync::Arc::new(producer);
+    let committing = {
+        let producer = producer.clone();
+        runtime.spawn(async move { producer.commit_transaction().await })
+    };
+    // The RF 3 partitions' markers land (leadership leaves the paused
+    // broker); the RF 1 partition's cannot, so the transaction stays
+    // prepared.
+    let mut expected = committed.clone();
+    expected.sort();
+    runtime.block_on(await_committed_in(
+        &reader_bootstrap,
+        RF3_TOPIC,
+        RF3_PARTITIONS,
+        &expected,
+    ));
+    let state = runtime
+        .block_on(Admin::connect(&reader_bootstrap, client_config()))
+        .unwrap();
+    let described = runtime.block_on(state.describe_transaction("once-tx"));
+    assert_eq!(
+        described.as_ref().map(|d| d.state.as_str()).ok(),
+        Some("PrepareCommit"),
+        "{described:?}"
+    );
+    brokers.kill9(coordinator);
+    brokers.signal(paused, "-CONT");
+    runtime.block_on(committing).unwrap().unwrap();
+    // The killed broker holds an RF 1 partition too.
+    brokers.restart(coordinator);
+    let mut expected_pinned = pinned.clone();
+    expected_pinned.sort();
+    runtime.block_on(await_committed_in(
+        &reader_bootstrap,
+        RF1_TOPIC,
+        3,
+        &expected_pinned,
+    ));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let described = runtime.block_on(state.describe_transaction("once-tx"));
+        if described
+            .as_ref()
+            .is_ok_and(|d| d.state == "CompleteCommit")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{described:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Judged from disk after a clean stop: every replica of every partition
+    // the transaction wrote holds its marker once.
+    for id in 1..=3 {
+        brokers.stop(id);
+    }
+    let mut replicas_with_data = 0;
+    for id in 1..=3 {
+        let topics = brokers.data_dir(id).join("topics");
+        for (topic, count) in [(RF3_TOPIC, RF3_PARTITIONS), (RF1_TOPIC, 3)] {
+            for p in 0..count {
+                let dir = topics.join(format!("{topic}-{p}"));
+                if !dir.exists() {
+                    continue;
+                }
+                verify_log(&dir);
+                let (markers, data) = markers_on_disk(&dir);
+                assert_eq!(
+                    markers,
+                    usize::from(data),
+                    "{}: markers of the one transaction",
+                    dir.display()
+                );
+                replicas_with_data += usize::from(data);
+            }
+        }
+    }
+    assert!(
+        replicas_with_data >= 4,
+        "the transaction reached the RF 1 partition and the 3 replicas of an RF 3 one"
+    );
 }
 
 fn signal(pid: u32, signal: &str) {

@@ -46,6 +46,7 @@ pub(super) async fn write_txn_markers(shard: &Rc<Shard>, body: &[u8]) -> Handler
                 MarkerKind::Abort
             },
             coordinator_epoch: m.coordinator_epoch(),
+            transaction_number: m.transaction_number().max(0),
         };
         let batch = Bytes::from(build_marker_batch(
             ProducerId(m.producer_id()),

@@ -43,6 +43,29 @@ pub struct ProducerEntry {
     pub txn_first_offset: Option<Offset>,
     /// Epoch of the coordinator whose marker this partition took last.
     pub coordinator_epoch: i32,
+    /// The last marker taken here that carried a transaction number: a
+    /// marker of that transaction or an earlier one is a resend (a new
+    /// coordinator finishing what its predecessor had partly done) and is
+    /// not written again.
+    pub last_marker: Option<LastMarker>,
+}
+
+/// Which transaction a producer's last numbered marker here ended, and
+/// where it sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LastMarker {
+    pub transaction_number: i64,
+    pub offset: Offset,
+}
+
+/// The leader's verdict on a marker it may write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerCheck {
+    /// Write it.
+    Append,
+    /// The transaction was ended here already, by the marker at this offset
+    /// (or a later transaction's): write nothing.
+    Written(Offset),
 }
 
 /// A transaction a marker ended in this partition.
@@ -204,15 +227,16 @@ impl ProducerStateTable {
     }
 
     /// The leader's check of a marker it is about to write for the
-    /// producer: not from an older producer epoch nor an older coordinator.
+    /// producer: not from an older producer epoch nor an older coordinator,
+    /// and not for a transaction a marker here already ended.
     pub fn check_marker(
         &self,
         producer_id: ProducerId,
         producer_epoch: ProducerEpoch,
         marker: TxnMarker,
-    ) -> Result<(), SequenceError> {
+    ) -> Result<MarkerCheck, SequenceError> {
         let Some(entry) = self.producers.get(&producer_id) else {
-            return Ok(());
+            return Ok(MarkerCheck::Append);
         };
         if producer_epoch < entry.epoch {
             return Err(SequenceError::StaleEpoch {
@@ -227,7 +251,17 @@ impl ProducerStateTable {
                 got: marker.coordinator_epoch,
             });
         }
-        Ok(())
+        match entry.last_marker {
+            // Numbers count one transactional id's transactions, and a
+            // producer id serves one transactional id.
+            Some(last)
+                if marker.transaction_number > 0
+                    && marker.transaction_number <= last.transaction_number =>
+            {
+                Ok(MarkerCheck::Written(last.offset))
+            }
+            _ => Ok(MarkerCheck::Append),
+        }
     }
 
     /// Takes an appended batch (stored header: its offsets are final), on
@@ -251,6 +285,7 @@ impl ProducerStateTable {
                 last_timestamp_ms: header.max_timestamp_ms,
                 txn_first_offset: None,
                 coordinator_epoch: -1,
+                last_marker: None,
             });
         if header.producer_epoch < entry.epoch {
             // Only a leader that failed its own check could have written it;
@@ -267,6 +302,15 @@ impl ProducerStateTable {
             // readable marker ends nothing.
             let marker = marker?;
             entry.coordinator_epoch = entry.coordinator_epoch.max(marker.coordinator_epoch);
+            let newer = entry
+                .last_marker
+                .is_none_or(|last| marker.transaction_number > last.transaction_number);
+            if marker.transaction_number > 0 && newer {
+                entry.last_marker = Some(LastMarker {
+                    transaction_number: marker.transaction_number,
+                    offset: header.base_offset,
+                });
+            }
             let first = entry.txn_first_offset.take()?;
             self.ongoing.remove(&(first, header.producer_id));
             self.completed.insert(header.base_offset, first);
@@ -332,9 +376,11 @@ impl ProducerStateTable {
     /// `[magic "RLPS"][version u16][crc32c u32 of the rest][offset i64]
     /// [count u32]` then per producer `[id i64][epoch i16][last timestamp
     /// i64][open transaction's first offset i64, -1 for none][coordinator
-    /// epoch i32][batches u8]` and per batch `[first seq i32][last seq i32]
-    /// [base offset i64][last offset i64]`, all big-endian, producers by id.
-    /// Version 1 lacks the two transaction fields.
+    /// epoch i32][last marker's transaction number i64, 0 for none][last
+    /// marker's offset i64][batches u8]` and per batch `[first seq i32][last
+    /// seq i32][base offset i64][last offset i64]`, all big-endian,
+    /// producers by id. Version 1 lacks the four transaction fields, version
+    /// 2 the two of the last marker.
     pub fn encode_snapshot(&self, offset: Offset) -> Vec<u8> {
         let mut body = Vec::with_capacity(12 + self.producers.len() * 64);
         body.extend_from_slice(&offset.0.to_be_bytes());
@@ -349,6 +395,11 @@ impl ProducerStateTable {
             let txn_first = entry.txn_first_offset.map_or(-1, |o| o.0);
             body.extend_from_slice(&txn_first.to_be_bytes());
             body.extend_from_slice(&entry.coordinator_epoch.to_be_bytes());
+            let (number, offset) = entry
+                .last_marker
+                .map_or((0, -1), |m| (m.transaction_number, m.offset.0));
+            body.extend_from_slice(&number.to_be_bytes());
+            body.extend_from_slice(&offset.to_be_bytes());
             body.push(entry.batches.len() as u8);
             for batch in &entry.batches {
                 body.extend_from_slice(&batch.first_sequence.0.to_be_bytes());
@@ -372,7 +423,7 @@ impl ProducerStateTable {
             return Err(SnapshotError::Magic);
         }
         let version = reader.u16()?;
-        if version != SNAPSHOT_VERSION && version != 1 {
+        if !(1..=SNAPSHOT_VERSION).contains(&version) {
             return Err(SnapshotError::Version(version));
         }
         let crc = reader.u32()?;
@@ -408,6 +459,19 @@ impl ProducerStateTable {
                 }
                 ((first >= 0).then_some(Offset(first)), coordinator_epoch)
             };
+            let last_marker = if version < 3 {
+                None
+            } else {
+                let transaction_number = reader.i64()?;
+                let offset = reader.i64()?;
+                if transaction_number < 0 || (transaction_number > 0) != (offset >= 0) {
+                    return Err(SnapshotError::Invalid("last marker"));
+                }
+                (transaction_number > 0).then_some(LastMarker {
+                    transaction_number,
+                    offset: Offset(offset),
+                })
+            };
             if let Some(first) = txn_first_offset {
                 ongoing.insert((first, id));
             }
@@ -430,6 +494,7 @@ impl ProducerStateTable {
                 last_timestamp_ms,
                 txn_first_offset,
                 coordinator_epoch,
+                last_marker,
             };
             producers.insert(id, entry);
         }
@@ -446,7 +511,7 @@ impl ProducerStateTable {
 }
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"RLPS";
-const SNAPSHOT_VERSION: u16 = 2;
+const SNAPSHOT_VERSION: u16 = 3;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
@@ -640,9 +705,14 @@ mod tests {
     }
 
     fn marker(kind: MarkerKind, coordinator_epoch: i32) -> Option<TxnMarker> {
+        numbered(kind, coordinator_epoch, 0)
+    }
+
+    fn numbered(kind: MarkerKind, coordinator_epoch: i32, number: i64) -> Option<TxnMarker> {
         Some(TxnMarker {
             kind,
             coordinator_epoch,
+            transaction_number: number,
         })
     }
 
@@ -708,7 +778,7 @@ mod tests {
                 ProducerEpoch(0),
                 marker(MarkerKind::Abort, 5).unwrap()
             ),
-            Ok(())
+            Ok(MarkerCheck::Append)
         );
         // After the marker the producer may write outside a transaction.
         assert_eq!(
@@ -722,15 +792,75 @@ mod tests {
         let mut table = ProducerStateTable::new();
         table.apply(&txn(7, 0, 3, 20), None);
         table.apply(&header(8, 0, 0, 1, 23), None);
-        table.apply(&marker_header(9, 24), marker(MarkerKind::Commit, 3));
+        table.apply(&marker_header(9, 24), numbered(MarkerKind::Commit, 3, 6));
         let bytes = table.encode_snapshot(Offset(25));
         let (at, mut decoded) = ProducerStateTable::decode_snapshot(&bytes).unwrap();
         assert_eq!(at, Offset(25));
         assert_eq!(decoded, table);
         assert_eq!(decoded.first_unstable_offset(Offset(25)), Some(Offset(20)));
         assert_eq!(decoded.get(ProducerId(9)).unwrap().coordinator_epoch, 3);
+        assert_eq!(
+            decoded.get(ProducerId(9)).unwrap().last_marker,
+            Some(LastMarker {
+                transaction_number: 6,
+                offset: Offset(24),
+            })
+        );
         // Silent for long, but its transaction is open: it stays.
         assert_eq!(decoded.remove_expired(1_000_000, 10), 2);
         assert!(decoded.get(ProducerId(7)).is_some());
+    }
+
+    /// A coordinator that took over resends the markers of a prepared
+    /// transaction; the partitions its predecessor already reached write
+    /// nothing, and a late resend of an ended transaction never ends the
+    /// producer's next one.
+    #[test]
+    fn a_numbered_marker_is_written_once() {
+        let mut table = ProducerStateTable::new();
+        table.apply(&txn(1, 0, 2, 0), None);
+        let first = numbered(MarkerKind::Commit, 4, 1).unwrap();
+        assert_eq!(
+            table.check_marker(ProducerId(1), ProducerEpoch(0), first),
+            Ok(MarkerCheck::Append)
+        );
+        assert!(table.apply(&marker_header(1, 2), Some(first)).is_some());
+        // The successor, a higher coordinator epoch, resends it.
+        let resent = numbered(MarkerKind::Commit, 5, 1).unwrap();
+        assert_eq!(
+            table.check_marker(ProducerId(1), ProducerEpoch(0), resent),
+            Ok(MarkerCheck::Written(Offset(2)))
+        );
+        // The next transaction opens; the predecessor's late resend of the
+        // first one must not end it.
+        table.apply(&txn(1, 2, 1, 3), None);
+        assert_eq!(
+            table.check_marker(ProducerId(1), ProducerEpoch(0), first),
+            Ok(MarkerCheck::Written(Offset(2)))
+        );
+        assert_eq!(table.first_unstable_offset(Offset(4)), Some(Offset(3)));
+        let second = numbered(MarkerKind::Abort, 5, 2).unwrap();
+        assert_eq!(
+            table.check_marker(ProducerId(1), ProducerEpoch(0), second),
+            Ok(MarkerCheck::Append)
+        );
+        table.apply(&marker_header(1, 4), Some(second));
+        assert_eq!(
+            table.get(ProducerId(1)).unwrap().last_marker,
+            Some(LastMarker {
+                transaction_number: 2,
+                offset: Offset(4),
+            })
+        );
+        // Markers without a number (Kafka's, or a leader's backstop abort)
+        // are always written.
+        assert_eq!(
+            table.check_marker(
+                ProducerId(1),
+                ProducerEpoch(0),
+                marker(MarkerKind::Abort, 5).unwrap()
+            ),
+            Ok(MarkerCheck::Append)
+        );
     }
 }

@@ -94,6 +94,8 @@ impl Shard {
             let marker = protocol::record_batch::marker::TxnMarker {
                 kind: protocol::record_batch::marker::MarkerKind::Abort,
                 coordinator_epoch,
+                // Not the coordinator's transaction count: always written.
+                transaction_number: 0,
             };
             let batch = bytes::Bytes::from(protocol::record_batch::marker::build_marker_batch(
                 producer_id,

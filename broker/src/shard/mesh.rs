@@ -20,6 +20,9 @@ pub struct ProduceOutcome {
     pub base_offset: Offset,
     pub log_start_offset: Offset,
     pub log_end_offset: Offset,
+    /// The batch repeated one the log holds (a producer's retry, a marker's
+    /// resend): nothing was written, the offsets are the original's.
+    pub duplicate: bool,
 }
 
 /// A fetch's answer. With an error the offsets are `UNKNOWN_OFFSET`.

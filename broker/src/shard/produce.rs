@@ -39,8 +39,12 @@ impl Shard {
             .leader_write(key, batch, -1, timeout_ms, None, true)
             .await?;
         // Offsets committed in the transaction take effect (or vanish)
-        // before the coordinator hears the marker is in.
-        if let (Some(partition), Some((producer_id, commit))) = (offsets_partition, marker) {
+        // before the coordinator hears the marker is in. A resent marker
+        // ended its transaction already: what is pending now belongs to the
+        // producer's next one.
+        if let (Some(partition), Some((producer_id, commit)), false) =
+            (offsets_partition, marker, outcome.duplicate)
+        {
             self.hosted_marker::<crate::group::coordinator::GroupCoordinator>(
                 partition,
                 producer_id,
@@ -120,8 +124,9 @@ impl Shard {
             replica.log.append_if(&batch, epoch, &still_leads).await?
         };
         if info.duplicate {
-            // A producer's retry of a batch this log already holds: answer
-            // as the original would have been, once it is as safe.
+            // A producer's retry of a batch this log already holds, or a
+            // marker's resend: answer as the original would have been, once
+            // it is as safe.
             self.metrics.on_duplicate_batch();
             return self
                 .answer_when_acknowledged(&key, &replica, leader_epoch, info, acks, timeout_ms)
@@ -189,6 +194,7 @@ impl Shard {
             base_offset: info.base_offset,
             log_start_offset: replica.log.log_start_offset(),
             log_end_offset: info.log_end_offset,
+            duplicate: info.duplicate,
         })
     }
 

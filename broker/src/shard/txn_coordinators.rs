@@ -320,6 +320,7 @@ impl Shard {
                 MarkerKind::Abort
             },
             coordinator_epoch,
+            transaction_number: work.transaction_number,
         };
         let batch = bytes::Bytes::from(build_marker_batch(
             work.producer_id,
@@ -478,6 +479,7 @@ fn encode_markers_request(
             commit: work.commit,
             coordinator_epoch,
             topics: Some(topics),
+            transaction_number: work.transaction_number,
         },
     );
     let markers = fbb.create_vector(&[marker]);

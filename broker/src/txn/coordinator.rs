@@ -85,6 +85,8 @@ pub struct MarkerWork {
     pub producer_epoch: ProducerEpoch,
     pub commit: bool,
     pub partitions: Vec<TopicPartition>,
+    /// The transaction's number, carried by its markers.
+    pub transaction_number: i64,
 }
 
 /// What an event produced: records to write (in order), markers to send
@@ -143,8 +145,9 @@ impl TxnCoordinator {
     }
 
     /// Markers owed by prepared transactions: after a load, the new
-    /// coordinator sends them again (a partition takes a repeated marker as
-    /// ending nothing).
+    /// coordinator sends them again (a partition that took the
+    /// transaction's marker already knows it by its number and writes
+    /// nothing).
     pub fn pending_markers(&self) -> Vec<MarkerWork> {
         self.ids
             .iter()
@@ -201,6 +204,7 @@ impl TxnCoordinator {
                 start_ms: -1,
                 update_ms: now_ms,
                 partitions: Vec::new(),
+                transaction_number: 0,
             };
             return self.write(transactional_id, Some(m), (fresh, ProducerEpoch(0)));
         };
@@ -230,6 +234,7 @@ impl TxnCoordinator {
                     start_ms: -1,
                     update_ms: now_ms,
                     partitions: Vec::new(),
+                    ..current
                 };
                 self.write(transactional_id, Some(m), (producer_id, producer_epoch))
             }
@@ -331,6 +336,11 @@ impl TxnCoordinator {
             start_ms: if open { current.start_ms } else { now_ms },
             update_ms: now_ms,
             partitions: all,
+            transaction_number: if open {
+                current.transaction_number
+            } else {
+                current.transaction_number + 1
+            },
             ..current
         };
         self.write(transactional_id, Some(m), ())
@@ -398,6 +408,7 @@ impl TxnCoordinator {
         if current.state != expected
             || current.producer_id != work.producer_id
             || current.producer_epoch != work.producer_epoch
+            || current.transaction_number != work.transaction_number
         {
             return Vec::new();
         }
@@ -504,5 +515,6 @@ fn marker_work(id: &str, m: &TxnMetadata) -> MarkerWork {
         producer_epoch: m.producer_epoch,
         commit: m.state == TxnState::PrepareCommit,
         partitions: m.partitions.clone(),
+        transaction_number: m.transaction_number,
     }
 }

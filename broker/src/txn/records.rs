@@ -4,7 +4,8 @@
 //! key `[version u16 = 0][id len u16][id]`; value `[version u16 = 0]
 //! [producer id i64][producer epoch i16][timeout ms u32][state u8][start ms
 //! i64][update ms i64][partition count u32]` then per partition `[topic len
-//! u16][topic][partition u32]`, big-endian.
+//! u16][topic][partition u32]`, then (version 1) `[transaction number i64]`,
+//! big-endian. Version 0 values (no transaction number) still load.
 
 use protocol::{PartitionIndex, ProducerEpoch, ProducerId};
 use thiserror::Error;
@@ -12,7 +13,7 @@ use thiserror::Error;
 use super::{TopicPartition, TRANSACTIONAL_ID_BYTES_MAX, TXN_PARTITIONS_MAX};
 
 const KEY_VERSION: u16 = 0;
-const VALUE_VERSION: u16 = 0;
+const VALUE_VERSION: u16 = 1;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum TxnRecordError {
@@ -90,6 +91,10 @@ pub struct TxnMetadata {
     pub update_ms: i64,
     /// Partitions of the current transaction, sorted.
     pub partitions: Vec<TopicPartition>,
+    /// Transactions this id began, the current (or last) one included: its
+    /// markers carry it, so a partition recognises a resent marker of a
+    /// transaction it already ended. 0 for none (or a version 0 record).
+    pub transaction_number: i64,
 }
 
 /// A record of `__transaction_state`: the id's metadata, or `None` when it
@@ -130,6 +135,7 @@ impl TxnRecord {
             out.extend_from_slice(tp.topic.as_bytes());
             out.extend_from_slice(&tp.partition.0.to_be_bytes());
         }
+        out.extend_from_slice(&m.transaction_number.to_be_bytes());
         Some(out)
     }
 
@@ -152,7 +158,7 @@ impl TxnRecord {
             at: 0,
         };
         let version = v.u16()?;
-        if version != VALUE_VERSION {
+        if version != VALUE_VERSION && version != 0 {
             return Err(TxnRecordError::UnknownVersion(version));
         }
         let producer_id = ProducerId(v.i64()?);
@@ -171,7 +177,11 @@ impl TxnRecord {
             let partition = PartitionIndex(v.u32()?);
             partitions.push(TopicPartition { topic, partition });
         }
+        let transaction_number = if version == 0 { 0 } else { v.i64()? };
         v.end()?;
+        if transaction_number < 0 {
+            return Err(TxnRecordError::Malformed("negative transaction number"));
+        }
         if producer_id.0 < 0 || producer_epoch.0 < 0 {
             return Err(TxnRecordError::Malformed("negative producer id or epoch"));
         }
@@ -203,6 +213,7 @@ impl TxnRecord {
                 start_ms,
                 update_ms,
                 partitions,
+                transaction_number,
             }),
         })
     }
@@ -279,6 +290,7 @@ mod tests {
                 start_ms: 1_000,
                 update_ms: 1_500,
                 partitions: vec![TopicPartition::new("a", 0), TopicPartition::new("b", 2)],
+                transaction_number: 17,
             }),
         };
         let (key, value) = (record.encode_key(), record.encode_value().unwrap());
@@ -289,6 +301,13 @@ mod tests {
         for cut in 0..key.len() {
             assert!(TxnRecord::decode(&key[..cut], Some(&value)).is_err());
         }
+        // A version 0 value: no transaction number.
+        let mut old = value.clone();
+        old[..2].copy_from_slice(&0u16.to_be_bytes());
+        old.truncate(old.len() - 8);
+        let mut expected = record.clone();
+        expected.value.as_mut().unwrap().transaction_number = 0;
+        assert_eq!(TxnRecord::decode(&key, Some(&old)), Ok(expected));
         let tombstone = TxnRecord {
             value: None,
             ..record
@@ -304,6 +323,7 @@ mod tests {
                 start_ms: 5,
                 update_ms: 5,
                 partitions: Vec::new(),
+                transaction_number: 1,
             }),
             ..tombstone
         };

@@ -20,7 +20,7 @@ use super::config::{FlushPolicy, LogConfig, STORED_BATCH_BYTES_MAX};
 use super::error::{LogError, LogResult};
 use super::index::relative;
 use super::policy::{self, ActiveSummary, SegmentSummary};
-use super::producer_state::{ProducerStateTable, SequenceCheck};
+use super::producer_state::{MarkerCheck, ProducerStateTable, SequenceCheck};
 use super::recovery;
 use super::segment::{
     remove_if_exists, segment_path, write_small_file, Segment, INDEX_SUFFIX, LOG_SUFFIX,
@@ -567,9 +567,21 @@ impl PartitionLog {
             });
         }
         if let (Stamp::Marker(_), Some(marker)) = (stamp, marker) {
-            state
-                .producers
-                .check_marker(header.producer_id, header.producer_epoch, marker)?;
+            let check =
+                state
+                    .producers
+                    .check_marker(header.producer_id, header.producer_epoch, marker)?;
+            if let MarkerCheck::Written(offset) = check {
+                // A resend (by a coordinator that took over): answered as the
+                // marker already here, once that is as safe.
+                return Ok(AppendInfo {
+                    base_offset: offset,
+                    last_offset: offset,
+                    log_end_offset: offset.plus(1),
+                    max_timestamp_ms: header.max_timestamp_ms,
+                    duplicate: true,
+                });
+            }
         }
         if let Stamp::Leader(_) = stamp {
             match state.producers.check(&header)? {

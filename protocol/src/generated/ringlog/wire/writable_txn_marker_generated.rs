@@ -23,6 +23,7 @@ impl<'a> WritableTxnMarker<'a> {
   pub const VT_COMMIT: ::flatbuffers::VOffsetT = 8;
   pub const VT_COORDINATOR_EPOCH: ::flatbuffers::VOffsetT = 10;
   pub const VT_TOPICS: ::flatbuffers::VOffsetT = 12;
+  pub const VT_TRANSACTION_NUMBER: ::flatbuffers::VOffsetT = 14;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -34,6 +35,7 @@ impl<'a> WritableTxnMarker<'a> {
     args: &'args WritableTxnMarkerArgs<'args>
   ) -> ::flatbuffers::WIPOffset<WritableTxnMarker<'bldr>> {
     let mut builder = WritableTxnMarkerBuilder::new(_fbb);
+    builder.add_transaction_number(args.transaction_number);
     builder.add_producer_id(args.producer_id);
     if let Some(x) = args.topics { builder.add_topics(x); }
     builder.add_coordinator_epoch(args.coordinator_epoch);
@@ -78,6 +80,13 @@ impl<'a> WritableTxnMarker<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<TxnMarkerTopic>>>>(WritableTxnMarker::VT_TOPICS, None)}
   }
+  #[inline]
+  pub fn transaction_number(&self) -> i64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(WritableTxnMarker::VT_TRANSACTION_NUMBER, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for WritableTxnMarker<'_> {
@@ -91,6 +100,7 @@ impl ::flatbuffers::Verifiable for WritableTxnMarker<'_> {
      .visit_field::<bool>("commit", Self::VT_COMMIT, false)?
      .visit_field::<i32>("coordinator_epoch", Self::VT_COORDINATOR_EPOCH, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<TxnMarkerTopic>>>>("topics", Self::VT_TOPICS, false)?
+     .visit_field::<i64>("transaction_number", Self::VT_TRANSACTION_NUMBER, false)?
      .finish();
     Ok(())
   }
@@ -101,6 +111,7 @@ pub struct WritableTxnMarkerArgs<'a> {
     pub commit: bool,
     pub coordinator_epoch: i32,
     pub topics: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<TxnMarkerTopic<'a>>>>>,
+    pub transaction_number: i64,
 }
 impl<'a> Default for WritableTxnMarkerArgs<'a> {
   #[inline]
@@ -111,6 +122,7 @@ impl<'a> Default for WritableTxnMarkerArgs<'a> {
       commit: false,
       coordinator_epoch: 0,
       topics: None,
+      transaction_number: 0,
     }
   }
 }
@@ -141,6 +153,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> WritableTxnMarkerBuilder<'a, 
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(WritableTxnMarker::VT_TOPICS, topics);
   }
   #[inline]
+  pub fn add_transaction_number(&mut self, transaction_number: i64) {
+    self.fbb_.push_slot::<i64>(WritableTxnMarker::VT_TRANSACTION_NUMBER, transaction_number, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> WritableTxnMarkerBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     WritableTxnMarkerBuilder {
@@ -163,6 +179,7 @@ impl ::core::fmt::Debug for WritableTxnMarker<'_> {
       ds.field("commit", &self.commit());
       ds.field("coordinator_epoch", &self.coordinator_epoch());
       ds.field("topics", &self.topics());
+      ds.field("transaction_number", &self.transaction_number());
       ds.finish()
   }
 }
