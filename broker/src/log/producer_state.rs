@@ -170,13 +170,24 @@ impl ProducerStateTable {
         if !is_idempotent(header) {
             return Ok(SequenceCheck::Append);
         }
-        let Some(entry) = self.producers.get(&header.producer_id) else {
-            // Unknown here: a new producer, or one whose state expired or
-            // left with the segments retention removed. Kafka accepts its
-            // batch as it comes, and so do we.
-            return Ok(SequenceCheck::Append);
-        };
         let first = header.base_sequence;
+        let Some(entry) = self.producers.get(&header.producer_id) else {
+            // Unknown here: a new producer starts at 0. A later batch may be
+            // one that overtook the producer's first (a client keeps several
+            // in flight, and a new leader may hold none of them): taking it
+            // would put it before the records it follows. A producer whose
+            // state expired continues under a new id.
+            return if first.0 == 0 {
+                Ok(SequenceCheck::Append)
+            } else {
+                Err(SequenceError::OutOfOrder {
+                    producer_id: header.producer_id.0,
+                    epoch: header.producer_epoch.0,
+                    expected: 0,
+                    got: first.0,
+                })
+            };
+        };
         let last = last_sequence(first, header.last_offset_delta);
         if header.producer_epoch < entry.epoch {
             return Err(SequenceError::StaleEpoch {
@@ -624,6 +635,20 @@ mod tests {
                 ..
             })
         ));
+        // A producer this partition does not know starts at 0: a later
+        // batch that overtook its first is refused, not put before it.
+        assert!(matches!(
+            table.check(&header(2, 0, 10, 1, 10)),
+            Err(SequenceError::OutOfOrder {
+                expected: 0,
+                got: 10,
+                ..
+            })
+        ));
+        assert_eq!(
+            table.check(&header(2, 0, 0, 1, 10)),
+            Ok(SequenceCheck::Append)
+        );
         assert_eq!(
             table.check(&header(1, 0, 10, 1, 10)),
             Ok(SequenceCheck::Append)
