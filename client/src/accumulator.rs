@@ -1,11 +1,20 @@
 //! `Accumulator`: the producer's per-partition batching, as a pure state
-//! machine (records and the time in, batches ready to send out). It keeps
-//! partition order by holding at most one batch per partition in flight and
-//! putting a batch to retry back at the front of its queue. Generic over the
-//! per-record ticket so tests can drive it without channels, and it never
-//! reads a clock: callers pass `now`. For an idempotent producer it stamps
-//! each batch, when first sent, with the producer's identity and the
-//! partition's next sequence; a retry carries the same stamp.
+//! machine (records and the time in, batches ready to send out). Generic
+//! over the per-record ticket so tests can drive it without channels, and it
+//! never reads a clock: callers pass `now`.
+//!
+//! For an idempotent producer it stamps each batch, when first sent, with
+//! the producer's identity and the partition's next sequence (a retry keeps
+//! its stamp), and keeps up to `in_flight_max` batches per partition in
+//! flight: the broker appends a partition's batches only in sequence order
+//! and answers a repeat of any of its last five with the original offsets,
+//! so order holds across retries. A batch that comes back for a retry goes
+//! back into its partition's queue in sequence order, and the partition
+//! sends nothing new until every batch in flight is back, so the retries go
+//! out first and in order; a batch refused as out of order while an earlier
+//! one of its partition is still unacknowledged is retried too (it only
+//! waits for that one). Without idempotence one batch per partition is in
+//! flight, which alone keeps the order.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -53,6 +62,29 @@ pub struct SealedBatch<T> {
     retry_at: Option<Instant>,
     /// The identity and first sequence stamped at the first send.
     pub stamped: Option<(ProducerIdentity, Sequence)>,
+    /// Where the stamp puts the batch among its partition's batches.
+    sent_as: Option<SendKey>,
+    /// Its last send went out while an earlier batch of its partition was
+    /// unanswered: the broker may take them in either order.
+    sent_behind: bool,
+}
+
+/// A stamped batch's place: the identity it was stamped under (counted per
+/// `set_identity`) and its first sequence, unwrapped, so batches compare in
+/// send order even past the sequence's wrap at `i32::MAX`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct SendKey {
+    generation: u64,
+    index: u64,
+}
+
+/// What to do with a batch whose send failed.
+#[derive(Debug)]
+pub enum FailedSend<T> {
+    /// Put back in its partition's queue; sent again after the backoff.
+    Retried,
+    /// Failed for good: the caller resolves its records with the error.
+    Failed(SealedBatch<T>),
 }
 
 #[derive(Debug)]
@@ -75,6 +107,8 @@ impl<T> OpenBatch<T> {
             attempts: 0,
             retry_at: None,
             stamped: None,
+            sent_as: None,
+            sent_behind: false,
         }
     }
 }
@@ -82,13 +116,42 @@ impl<T> OpenBatch<T> {
 #[derive(Debug)]
 struct PartitionQueue<T> {
     open: Option<OpenBatch<T>>,
+    /// Batches back for a retry (stamped, in send order) then sealed ones
+    /// never sent.
     sealed: VecDeque<SealedBatch<T>>,
-    in_flight: bool,
+    in_flight: usize,
+    /// A batch came back for a retry: nothing goes out until every batch
+    /// in flight is back.
+    resending: bool,
+    /// Stamped batches from the oldest one not completed yet (in flight
+    /// or back for a retry) to the newest, each with whether it completed.
+    /// A new batch is stamped only while this holds fewer than the bound:
+    /// the broker remembers a producer's last five batches, so a batch
+    /// that may have been appended stays among them until it is answered.
+    window: VecDeque<(SendKey, bool)>,
 }
 
 impl<T> PartitionQueue<T> {
     fn is_idle(&self) -> bool {
-        self.open.is_none() && self.sealed.is_empty() && !self.in_flight
+        self.open.is_none() && self.sealed.is_empty() && self.in_flight == 0
+    }
+
+    /// The oldest stamped batch not completed.
+    fn oldest_unacked(&self) -> Option<SendKey> {
+        self.window.front().map(|(key, done)| {
+            assert!(!done, "the window starts at an unacked batch");
+            *key
+        })
+    }
+
+    /// Where a batch back for a retry goes: after the stamped batches sent
+    /// before it, before later ones and before every unsent batch.
+    fn retry_position(&self, key: Option<SendKey>) -> usize {
+        let Some(key) = key else { return 0 };
+        self.sealed
+            .iter()
+            .position(|b| b.sent_as.is_none_or(|other| other > key))
+            .unwrap_or(self.sealed.len())
     }
 }
 
@@ -108,7 +171,18 @@ pub struct Accumulator<T> {
     sequences: BTreeMap<TopicPartition, Sequence>,
     /// Batches are marked transactional (a transactional producer).
     transactional: bool,
+    /// Batches in flight per partition with an identity (else 1).
+    in_flight_max: usize,
+    /// Counts `set_identity` calls: the generation of new stamps.
+    generation: u64,
+    /// The next unwrapped sequence per partition under `identity`.
+    indices: BTreeMap<TopicPartition, u64>,
 }
+
+/// The most batches of one partition an idempotent producer keeps in
+/// flight: the broker recognises a repeat of any of a producer's last five
+/// batches in a partition.
+pub const IN_FLIGHT_PER_PARTITION_MAX: usize = 5;
 
 impl<T> Accumulator<T> {
     pub fn new(batch_bytes_max: usize, linger: Duration, compression: Compression) -> Self {
@@ -123,7 +197,17 @@ impl<T> Accumulator<T> {
             identity: None,
             sequences: BTreeMap::new(),
             transactional: false,
+            in_flight_max: 1,
+            generation: 0,
+            indices: BTreeMap::new(),
         }
+    }
+
+    /// Batches per partition an idempotent producer may have in flight,
+    /// 1..=`IN_FLIGHT_PER_PARTITION_MAX`. Without an identity it is 1.
+    pub fn set_in_flight_max(&mut self, in_flight_max: usize) {
+        assert!((1..=IN_FLIGHT_PER_PARTITION_MAX).contains(&in_flight_max));
+        self.in_flight_max = in_flight_max;
     }
 
     /// Marks every batch built from now on as part of a transaction.
@@ -144,6 +228,8 @@ impl<T> Accumulator<T> {
     pub fn set_identity(&mut self, identity: ProducerIdentity) {
         self.identity = Some(identity);
         self.sequences.clear();
+        self.indices.clear();
+        self.generation += 1;
     }
 
     pub fn identity(&self) -> Option<ProducerIdentity> {
@@ -165,6 +251,21 @@ impl<T> Accumulator<T> {
         stamp_producer(bytes, identity.id, identity.epoch, first);
         *next = first.advanced_by(batch.tickets.len() as i64);
         batch.stamped = Some((identity, first));
+        let index = self
+            .indices
+            .entry(batch.topic_partition.clone())
+            .or_insert(0);
+        let key = SendKey {
+            generation: self.generation,
+            index: *index,
+        };
+        *index += batch.tickets.len() as u64;
+        batch.sent_as = Some(key);
+        let queue = self
+            .queues
+            .get_mut(&batch.topic_partition)
+            .expect("a batch being sent has its queue");
+        queue.window.push_back((key, false));
     }
 
     /// Adds a record to its partition's open batch. A record that would take
@@ -185,7 +286,9 @@ impl<T> Accumulator<T> {
             .or_insert_with(|| PartitionQueue {
                 open: None,
                 sealed: VecDeque::new(),
-                in_flight: false,
+                in_flight: 0,
+                resending: false,
+                window: VecDeque::new(),
             });
         if let Some(open) = &queue.open {
             let size_after =
@@ -212,45 +315,83 @@ impl<T> Accumulator<T> {
         }
     }
 
-    /// Takes the batches that may be sent now: per partition with nothing in
-    /// flight, the front sealed batch once its retry time passed, else the
-    /// open batch once it lingered `linger` (or at once when `force`, for
-    /// flush and close). Marks those partitions in flight.
+    fn partition_in_flight_max(&self) -> usize {
+        if self.identity.is_some() {
+            self.in_flight_max
+        } else {
+            1
+        }
+    }
+
+    /// Takes the batches that may be sent now, per partition in order while
+    /// fewer than the in-flight bound are out: sealed batches once their
+    /// retry time passed, then the open batch once it lingered `linger` (or
+    /// at once when `force`, for flush and close). A partition waiting for
+    /// its batches to come back before resending sends nothing; one with
+    /// batches of an earlier identity unacknowledged sends no new batch
+    /// (it would overtake them).
     pub fn drain_ready(&mut self, now: Instant, force: bool) -> Vec<SealedBatch<T>> {
+        let in_flight_max = self.partition_in_flight_max();
+        let generation = self.generation;
+        let stamping = self.identity.is_some();
         let mut ready = Vec::new();
         for (topic_partition, queue) in &mut self.queues {
-            if queue.in_flight {
-                continue;
-            }
-            if let Some(front) = queue.sealed.front() {
-                if front.retry_at.is_none_or(|at| at <= now) {
-                    ready.push(queue.sealed.pop_front().expect("front exists"));
-                    queue.in_flight = true;
+            if queue.resending {
+                if queue.in_flight > 0 {
+                    continue;
                 }
-                continue;
+                queue.resending = false;
             }
-            let linger_over = queue
-                .open
-                .as_ref()
-                .is_some_and(|open| force || now >= open.created_at + self.linger);
-            if linger_over {
-                let open = queue.open.take().expect("checked above");
-                ready.push(open.seal(topic_partition.clone()));
-                self.seal_events.push(topic_partition.clone());
-                queue.in_flight = true;
+            let older_unacked = queue
+                .oldest_unacked()
+                .is_some_and(|k| k.generation < generation);
+            // Batches this round stamps join the window after the loop.
+            let mut window = queue.window.len();
+            while queue.in_flight < in_flight_max {
+                // A new batch must leave room in the window.
+                let may_stamp = !older_unacked && (!stamping || window < in_flight_max);
+                if let Some(front) = queue.sealed.front() {
+                    let waiting = front.retry_at.is_some_and(|at| at > now);
+                    if waiting || (front.sent_as.is_none() && !may_stamp) {
+                        break;
+                    }
+                    let batch = queue.sealed.pop_front().expect("front exists");
+                    window += usize::from(batch.sent_as.is_none());
+                    ready.push(batch);
+                    queue.in_flight += 1;
+                    continue;
+                }
+                let linger_over = queue
+                    .open
+                    .as_ref()
+                    .is_some_and(|open| force || now >= open.created_at + self.linger);
+                if linger_over && may_stamp {
+                    let open = queue.open.take().expect("checked above");
+                    ready.push(open.seal(topic_partition.clone()));
+                    self.seal_events.push(topic_partition.clone());
+                    queue.in_flight += 1;
+                }
+                break;
             }
         }
         for batch in &mut ready {
             self.stamp(batch);
+            let oldest = self
+                .queues
+                .get(&batch.topic_partition)
+                .and_then(|q| q.oldest_unacked());
+            batch.sent_behind = matches!((oldest, batch.sent_as), (Some(o), Some(k)) if o < k);
         }
         ready
     }
 
-    /// When `drain_ready` would next return something without new input.
+    /// When `drain_ready` would next return something without new input
+    /// (batches coming back wake the caller anyway).
     pub fn next_wakeup(&self) -> Option<Instant> {
+        let in_flight_max = self.partition_in_flight_max();
         self.queues
             .values()
-            .filter(|q| !q.in_flight)
+            .filter(|q| q.in_flight < in_flight_max && !(q.resending && q.in_flight > 0))
             .filter_map(|q| match q.sealed.front() {
                 Some(front) => Some(front.retry_at.unwrap_or_else(Instant::now)),
                 None => q.open.as_ref().map(|open| open.created_at + self.linger),
@@ -258,37 +399,95 @@ impl<T> Accumulator<T> {
             .min()
     }
 
-    /// The partition's in-flight batch finished (delivered or failed for good).
-    pub fn complete(&mut self, topic_partition: &TopicPartition, record_count: usize) {
+    /// An in-flight batch finished (delivered or failed for good); its
+    /// records leave the buffer.
+    pub fn complete(&mut self, batch: &SealedBatch<T>) {
+        let topic_partition = &batch.topic_partition;
         let queue = self
             .queues
             .get_mut(topic_partition)
             .expect("completing a partition the accumulator knows");
         assert!(
-            queue.in_flight,
+            queue.in_flight > 0,
             "completing a partition with nothing in flight"
         );
-        queue.in_flight = false;
+        queue.in_flight -= 1;
+        if let Some(key) = batch.sent_as {
+            let entry = queue
+                .window
+                .iter_mut()
+                .find(|(k, _)| *k == key)
+                .expect("a stamped batch is in its window");
+            assert!(!entry.1, "a batch completes once");
+            entry.1 = true;
+            while queue.window.front().is_some_and(|(_, done)| *done) {
+                queue.window.pop_front();
+            }
+        }
         self.records_buffered = self
             .records_buffered
-            .checked_sub(record_count)
+            .checked_sub(batch.tickets.len())
             .expect("completed more records than buffered");
-        if queue.is_idle() {
+        if queue.is_idle() && queue.window.is_empty() {
             self.queues.remove(topic_partition);
         }
     }
 
-    /// Puts an in-flight batch back at the front of its partition's queue,
-    /// to be sent again no earlier than `retry_at`.
+    /// Puts an in-flight batch back into its partition's queue in send
+    /// order, to be sent again no earlier than `retry_at`; the partition
+    /// sends nothing until its other batches in flight are back.
     pub fn retry(&mut self, mut batch: SealedBatch<T>, retry_at: Instant) {
         let queue = self
             .queues
             .get_mut(&batch.topic_partition)
             .expect("retrying a partition the accumulator knows");
-        assert!(queue.in_flight, "retrying a batch that was not in flight");
-        queue.in_flight = false;
+        assert!(
+            queue.in_flight > 0,
+            "retrying a batch that was not in flight"
+        );
+        queue.in_flight -= 1;
+        queue.resending = true;
         batch.retry_at = Some(retry_at);
-        queue.sealed.push_front(batch);
+        let at = queue.retry_position(batch.sent_as);
+        queue.sealed.insert(at, batch);
+    }
+
+    /// A send of `batch` failed with an error that is `retriable` (a new
+    /// attempt may succeed) or is the broker's out-of-order refusal. Within
+    /// `retries_max` attempts a retriable failure is retried; an
+    /// out-of-order refusal is retried, without counting, when the batch
+    /// went out while an earlier batch of its partition was unanswered (the
+    /// broker may have taken this one first; the earlier one may be in by
+    /// now, or be retried before it). A refusal of a batch sent with
+    /// nothing earlier outstanding is final. Otherwise the batch fails for
+    /// good and is completed here. A retry waits `backoff` from `now`; one
+    /// after an out-of-order refusal goes as soon as its partition's other
+    /// batches are back.
+    pub fn on_failed_send(
+        &mut self,
+        mut batch: SealedBatch<T>,
+        retriable: bool,
+        out_of_order: bool,
+        retries_max: u32,
+        now: Instant,
+        backoff: Duration,
+    ) -> FailedSend<T> {
+        let behind_unacked = out_of_order && batch.sent_behind;
+        if behind_unacked {
+            // Sent in the shadow of the earlier batch's failure: not this
+            // batch's own attempt.
+            batch.attempts = batch.attempts.saturating_sub(1);
+        }
+        if behind_unacked {
+            self.retry(batch, now);
+            FailedSend::Retried
+        } else if retriable && batch.attempts <= retries_max {
+            self.retry(batch, now + backoff);
+            FailedSend::Retried
+        } else {
+            self.complete(&batch);
+            FailedSend::Failed(batch)
+        }
     }
 
     pub fn take_seal_events(&mut self) -> Vec<TopicPartition> {
@@ -321,6 +520,29 @@ impl<T> Accumulator<T> {
             if let Some(open) = &queue.open {
                 assert!(!open.tickets.is_empty(), "an open batch holds a record");
             }
+            assert!(queue.in_flight <= self.in_flight_max.max(1));
+            let stamped: Vec<SendKey> = queue.sealed.iter().filter_map(|b| b.sent_as).collect();
+            assert!(
+                stamped.windows(2).all(|w| w[0] < w[1]),
+                "batches back for a retry wait in send order"
+            );
+            assert!(
+                queue
+                    .sealed
+                    .iter()
+                    .skip_while(|b| b.sent_as.is_some())
+                    .all(|b| b.sent_as.is_none()),
+                "retries wait before batches never sent"
+            );
+            assert!(stamped
+                .iter()
+                .all(|k| queue.window.iter().any(|(w, done)| w == k && !done)));
+            assert!(queue
+                .window
+                .iter()
+                .zip(queue.window.iter().skip(1))
+                .all(|(a, b)| a.0 < b.0));
+            assert!(queue.window.len() <= self.in_flight_max.max(1));
         }
     }
 }
@@ -403,7 +625,7 @@ mod tests {
             let batch = &ready[0];
             assert!(batch.size_bytes_uncompressed <= batch_bytes_max);
             order.extend(batch.tickets.iter().copied());
-            accumulator.complete(&tp, batch.tickets.len());
+            accumulator.complete(batch);
             batches += 1;
         }
         assert_eq!(batches, sealed, "only sealed batches leave before linger");
@@ -443,10 +665,10 @@ mod tests {
         assert_eq!(accumulator.next_wakeup(), Some(retry_at));
         let again = accumulator.drain_ready(retry_at, false).pop().unwrap();
         assert_eq!(again.tickets, vec![1]);
-        accumulator.complete(&tp, 1);
+        accumulator.complete(&again);
         let second = accumulator.drain_ready(retry_at, false).pop().unwrap();
         assert_eq!(second.tickets, vec![2]);
-        accumulator.complete(&tp, 1);
+        accumulator.complete(&second);
         assert!(accumulator.is_empty());
     }
 
@@ -482,10 +704,10 @@ mod tests {
             Sequence(0),
             "a retry keeps its stamp"
         );
-        accumulator.complete(&tp, 3);
+        accumulator.complete(&again);
         let second = accumulator.drain_ready(start, false).pop().unwrap();
         assert_eq!(header(&second).base_sequence, Sequence(3));
-        accumulator.complete(&tp, 1);
+        accumulator.complete(&second);
         accumulator.set_identity(ProducerIdentity {
             id: ProducerId(10),
             epoch: ProducerEpoch(0),

@@ -155,6 +155,12 @@ pub struct ProducerConfig {
     /// appended again. Default on, as in Kafka clients since 3.0; not used
     /// with `Acks::None`, which never retries.
     pub idempotence: bool,
+    /// Batches of one partition an idempotent producer keeps in flight;
+    /// order holds across retries (the broker appends a partition's batches
+    /// in sequence order and recognises a repeat of any of the last five).
+    /// Without idempotence it is 1. Default 5 (as Kafka's
+    /// `max.in.flight.requests.per.connection`); 1..=5.
+    pub in_flight_batches_per_partition_max: usize,
     /// Makes the producer transactional (`init_transactions`, `begin`,
     /// `commit`, `abort`): the id names the producer across restarts, so a
     /// new instance fences the previous one. Requires idempotence and
@@ -179,6 +185,7 @@ impl Default for ProducerConfig {
             retry_backoff_ms_max: 5_000,
             produce_timeout_ms: 30_000,
             idempotence: true,
+            in_flight_batches_per_partition_max: crate::accumulator::IN_FLIGHT_PER_PARTITION_MAX,
             transactional_id: None,
             transaction_timeout_ms: 60_000,
         }
@@ -207,6 +214,12 @@ impl ProducerConfig {
             1 << 40,
         )?;
         check_range("retries_max", u64::from(self.retries_max), 0, 100)?;
+        check_range(
+            "in_flight_batches_per_partition_max",
+            self.in_flight_batches_per_partition_max as u64,
+            1,
+            crate::accumulator::IN_FLIGHT_PER_PARTITION_MAX as u64,
+        )?;
         check_range("retry_backoff_ms", self.retry_backoff_ms, 0, 60_000)?;
         check_range(
             "retry_backoff_ms_max",

@@ -25,11 +25,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use protocol::{ApiKey, Record, RecordHeader};
+use protocol::{ApiKey, ErrorCode, Record, RecordHeader};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::accumulator::{Accumulator, ProducerIdentity, SealedBatch, TopicPartition};
+use crate::accumulator::{Accumulator, FailedSend, ProducerIdentity, SealedBatch, TopicPartition};
 use crate::cluster::Cluster;
 use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::error::{ClientError, Result};
@@ -152,6 +152,7 @@ impl Producer {
         if txn.is_some() {
             accumulator.set_transactional();
         }
+        accumulator.set_in_flight_max(config.in_flight_batches_per_partition_max);
         let sender = Sender {
             cluster: cluster.clone(),
             accumulator,
@@ -787,25 +788,44 @@ impl Sender {
                     Some(o) => Err(ClientError::broker(o.error, o.error_message.clone())),
                 },
             };
-            match result {
-                Err(error) if error.is_retriable() && batch.attempts <= self.config.retries_max => {
-                    let retry_at = Instant::now() + self.config.retry_backoff(batch.attempts);
-                    self.accumulator.retry(batch, retry_at);
+            let error = match result {
+                Ok(base_offset) => {
+                    self.finish_batch(batch, Ok(base_offset));
+                    continue;
                 }
-                Err(error) => {
-                    if batch.stamped.is_some()
-                        && self.txn.is_none()
-                        && matches!(self.identity, IdentityState::Ready)
-                    {
-                        // The broker may or may not hold this batch, so the
-                        // partition's next sequence is unknown: continue
-                        // under a new producer id.
-                        self.identity = IdentityState::Missing { attempts: 0 };
-                    }
-                    self.fail_batch(batch, error);
+                Err(error) => error,
+            };
+            let backoff = self.config.retry_backoff(batch.attempts);
+            let out_of_order = matches!(
+                &error,
+                ClientError::Broker {
+                    code: ErrorCode::OutOfOrderSequenceNumber,
+                    ..
                 }
-                result => self.finish_batch(batch, result),
+            );
+            let failed = match self.accumulator.on_failed_send(
+                batch,
+                error.is_retriable(),
+                out_of_order,
+                self.config.retries_max,
+                Instant::now(),
+                backoff,
+            ) {
+                FailedSend::Retried => continue,
+                FailedSend::Failed(batch) => batch,
+            };
+            let current = failed
+                .stamped
+                .is_some_and(|(identity, _)| Some(identity) == self.accumulator.identity());
+            if current && self.txn.is_none() && matches!(self.identity, IdentityState::Ready) {
+                // The broker may or may not hold this batch, so the
+                // partition's next sequence is unknown: continue under a new
+                // producer id (the partition's batches of this one finish
+                // first).
+                self.identity = IdentityState::Missing { attempts: 0 };
             }
+            self.note_failure(&error);
+            resolve(failed, Err(error));
         }
     }
 
@@ -828,7 +848,9 @@ impl Sender {
     /// is not sent.
     fn not_in_transaction(&self, batch: &SealedBatch<Ticket>) -> Option<ClientError> {
         let txn = self.txn.as_ref()?;
-        if batch.stamped.is_some() {
+        // A retry was part of the transaction when first sent (every batch
+        // is stamped by then, so the stamp cannot tell).
+        if batch.attempts > 0 {
             return None;
         }
         let shared = txn.shared();
@@ -846,34 +868,42 @@ impl Sender {
     /// Fails a batch for good; in a transaction, the transaction can then
     /// only abort (a fencing error ends the producer).
     fn fail_batch(&mut self, batch: SealedBatch<Ticket>, error: ClientError) {
+        self.note_failure(&error);
+        self.finish_batch(batch, Err(error));
+    }
+
+    /// In a transaction a failed batch leaves it only able to abort (a
+    /// fencing error ends the producer).
+    fn note_failure(&self, error: &ClientError) {
         if let Some(txn) = &self.txn {
             let mut shared = txn.shared();
-            if is_fencing(&error) {
+            if is_fencing(error) {
                 shared.phase = TxnPhase::Fenced(error.to_string());
             }
             shared.failure.get_or_insert(error.clone());
         }
-        self.finish_batch(batch, Err(error));
     }
 
-    /// Resolves every record future of a batch and frees its partition for
-    /// the next batch.
+    /// Completes a batch in the accumulator and resolves its record futures.
     fn finish_batch(&mut self, batch: SealedBatch<Ticket>, result: Result<i64>) {
-        let partition = batch.topic_partition.partition;
-        let record_count = batch.tickets.len();
-        for (index, ticket) in batch.tickets.into_iter().enumerate() {
-            let delivery = result.clone().map(|base_offset| {
-                let offset = if base_offset >= 0 {
-                    base_offset + index as i64
-                } else {
-                    -1
-                };
-                (partition, offset)
-            });
-            let _ = ticket.reply.send(delivery);
-        }
-        self.accumulator
-            .complete(&batch.topic_partition, record_count);
+        self.accumulator.complete(&batch);
+        resolve(batch, result);
+    }
+}
+
+/// Resolves every record future of a completed batch.
+fn resolve(batch: SealedBatch<Ticket>, result: Result<i64>) {
+    let partition = batch.topic_partition.partition;
+    for (index, ticket) in batch.tickets.into_iter().enumerate() {
+        let delivery = result.clone().map(|base_offset| {
+            let offset = if base_offset >= 0 {
+                base_offset + index as i64
+            } else {
+                -1
+            };
+            (partition, offset)
+        });
+        let _ = ticket.reply.send(delivery);
     }
 }
 

@@ -1,0 +1,337 @@
+//! The producer's batching with several batches in flight per partition,
+//! against a model of a partition leader that appends a producer's batches
+//! only in sequence order and answers a repeat of any of its last five with
+//! the original offsets (as the broker does). The leader takes requests in
+//! any order and their answers come back in any other order (the broker
+//! serves a connection's requests concurrently); requests are lost before
+//! or after the append, or refused with a retriable error; the
+//! accumulator's own retry decision (`on_failed_send`) decides what goes
+//! out again. Every record must land exactly once, in the order
+//! it was appended, and be reported at the offset where it landed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use client::accumulator::{Accumulator, FailedSend, ProducerIdentity, SealedBatch};
+use client::TopicPartition;
+use proptest::prelude::*;
+use protocol::{Compression, ProducerEpoch, ProducerId, Record};
+
+#[derive(Clone, Copy, Debug)]
+enum Fate {
+    /// Appended (or recognised as a repeat) and answered.
+    Answered,
+    /// Never reached the leader.
+    RequestLost,
+    /// Appended, but the answer was lost.
+    ResponseLost,
+    /// Refused with a retriable error before the append (say, a leader
+    /// change).
+    Refused,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Append {
+        partition: u8,
+        records: u8,
+    },
+    Send,
+    /// The leader takes the request at this index among those it has not
+    /// taken (modulo their count).
+    Process {
+        pick: u16,
+        fate: Fate,
+    },
+    /// The answer at this index among those not delivered reaches the
+    /// producer.
+    Deliver {
+        pick: u16,
+    },
+    Advance {
+        ms: u16,
+    },
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let fate = prop_oneof![
+        6 => Just(Fate::Answered),
+        1 => Just(Fate::RequestLost),
+        1 => Just(Fate::ResponseLost),
+        1 => Just(Fate::Refused),
+    ];
+    prop_oneof![
+        4 => (0u8..2, 1u8..4).prop_map(|(partition, records)| Op::Append { partition, records }),
+        3 => Just(Op::Send),
+        4 => (any::<u16>(), fate).prop_map(|(pick, fate)| Op::Process { pick, fate }),
+        4 => any::<u16>().prop_map(|pick| Op::Deliver { pick }),
+        1 => (0u16..300).prop_map(|ms| Op::Advance { ms }),
+    ]
+}
+
+/// One partition's leader: the log (record tickets) and the producer's last
+/// five batches (first sequence, record count, base offset).
+#[derive(Default)]
+struct Leader {
+    log: Vec<u32>,
+    recent: VecDeque<(i32, usize, usize)>,
+}
+
+enum Answer {
+    Appended(usize),
+    OutOfOrder,
+}
+
+impl Leader {
+    fn receive(&mut self, batch: &SealedBatch<u32>) -> Answer {
+        let (_, first) = batch.stamped.expect("an idempotent producer stamps");
+        let count = batch.tickets.len();
+        if let Some((_, _, base)) = self
+            .recent
+            .iter()
+            .find(|(f, c, _)| *f == first.0 && *c == count)
+        {
+            return Answer::Appended(*base);
+        }
+        let expected = self.recent.back().map_or(0, |(f, c, _)| *f + *c as i32);
+        if first.0 != expected {
+            return Answer::OutOfOrder;
+        }
+        let base = self.log.len();
+        self.log.extend(&batch.tickets);
+        self.recent.push_back((first.0, count, base));
+        if self.recent.len() > 5 {
+            self.recent.pop_front();
+        }
+        Answer::Appended(base)
+    }
+}
+
+struct Run {
+    accumulator: Accumulator<u32>,
+    leaders: BTreeMap<TopicPartition, Leader>,
+    /// Sent batches the leader has not taken yet.
+    in_flight: Vec<SealedBatch<u32>>,
+    /// Taken, with the answer on its way (`None`: lost or refused).
+    answered: Vec<(SealedBatch<u32>, Option<Answer>)>,
+    appended: BTreeMap<TopicPartition, Vec<u32>>,
+    delivered: BTreeMap<u32, usize>,
+    next_ticket: u32,
+    now: Instant,
+    in_flight_max: usize,
+}
+
+impl Run {
+    fn send(&mut self, force: bool) {
+        let ready = self.accumulator.drain_ready(self.now, force);
+        self.in_flight.extend(ready);
+        let mut per_partition: BTreeMap<&TopicPartition, usize> = BTreeMap::new();
+        let answered = self.answered.iter().map(|(b, _)| b);
+        for batch in self.in_flight.iter().chain(answered) {
+            *per_partition.entry(&batch.topic_partition).or_default() += 1;
+        }
+        assert!(per_partition.values().all(|n| *n <= self.in_flight_max));
+        self.accumulator.check_invariants();
+    }
+
+    fn process(&mut self, pick: usize, fate: Fate) {
+        if self.in_flight.is_empty() {
+            return;
+        }
+        let batch = self.in_flight.remove(pick % self.in_flight.len());
+        let leader = self
+            .leaders
+            .entry(batch.topic_partition.clone())
+            .or_default();
+        let answer = match fate {
+            Fate::Answered => Some(leader.receive(&batch)),
+            Fate::ResponseLost => {
+                leader.receive(&batch);
+                None
+            }
+            Fate::RequestLost | Fate::Refused => None,
+        };
+        self.answered.push((batch, answer));
+    }
+
+    fn deliver(&mut self, pick: usize) {
+        if self.answered.is_empty() {
+            return;
+        }
+        let (batch, answer) = self.answered.remove(pick % self.answered.len());
+        match answer {
+            Some(Answer::Appended(base)) => {
+                for (i, ticket) in batch.tickets.iter().enumerate() {
+                    assert!(
+                        self.delivered.insert(*ticket, base + i).is_none(),
+                        "record {ticket} reported twice"
+                    );
+                }
+                self.accumulator.complete(&batch);
+            }
+            answer => {
+                let out_of_order = matches!(answer, Some(Answer::OutOfOrder));
+                let verdict = self.accumulator.on_failed_send(
+                    batch,
+                    !out_of_order,
+                    out_of_order,
+                    100,
+                    self.now,
+                    Duration::from_millis(10),
+                );
+                if let FailedSend::Failed(batch) = verdict {
+                    panic!("batch {:?} failed for good", batch.tickets);
+                }
+            }
+        }
+        self.accumulator.check_invariants();
+    }
+}
+
+fn run(ops: Vec<Op>, in_flight_max: usize) {
+    let start = Instant::now();
+    let mut accumulator = Accumulator::new(1 << 20, Duration::ZERO, Compression::None);
+    accumulator.set_identity(ProducerIdentity {
+        id: ProducerId(1),
+        epoch: ProducerEpoch(0),
+    });
+    accumulator.set_in_flight_max(in_flight_max);
+    let mut run = Run {
+        accumulator,
+        leaders: BTreeMap::new(),
+        in_flight: Vec::new(),
+        answered: Vec::new(),
+        appended: BTreeMap::new(),
+        delivered: BTreeMap::new(),
+        next_ticket: 0,
+        now: start,
+        in_flight_max,
+    };
+    for op in ops {
+        match op {
+            Op::Append { partition, records } => {
+                let tp = TopicPartition::new("t", i32::from(partition));
+                for _ in 0..records {
+                    let ticket = run.next_ticket;
+                    run.next_ticket += 1;
+                    let value = ticket.to_be_bytes();
+                    let record = Record {
+                        timestamp_ms: 0,
+                        key: None,
+                        value: Some(&value),
+                        headers: &[],
+                    };
+                    run.accumulator.append(&tp, &record, ticket, run.now);
+                    run.appended.entry(tp.clone()).or_default().push(ticket);
+                }
+            }
+            Op::Send => run.send(false),
+            Op::Process { pick, fate } => run.process(usize::from(pick), fate),
+            Op::Deliver { pick } => run.deliver(usize::from(pick)),
+            Op::Advance { ms } => run.now += Duration::from_millis(u64::from(ms)),
+        }
+    }
+    // Then everything goes through: answered in the order sent.
+    let mut rounds = 0;
+    while !run.accumulator.is_empty() {
+        rounds += 1;
+        assert!(rounds < 10_000, "the producer drains");
+        run.now += Duration::from_millis(50);
+        run.send(true);
+        while !run.in_flight.is_empty() {
+            run.process(0, Fate::Answered);
+        }
+        while !run.answered.is_empty() {
+            run.deliver(0);
+        }
+    }
+    for (tp, tickets) in &run.appended {
+        let log = run.leaders.get(tp).map_or(&[][..], |l| &l.log[..]);
+        assert_eq!(log, &tickets[..], "{tp:?}: each record once, in order");
+        for (offset, ticket) in log.iter().enumerate() {
+            assert_eq!(run.delivered.get(ticket), Some(&offset));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn every_record_lands_once_and_in_order(
+        ops in proptest::collection::vec(op_strategy(), 1..200),
+        in_flight_max in 1usize..=5,
+    ) {
+        run(ops, in_flight_max);
+    }
+}
+
+#[test]
+fn five_go_out_together_and_a_retry_waits_for_the_rest() {
+    // Proves a partition has up to five batches out; when one comes back
+    // for a retry nothing new leaves until the others are back, the retries
+    // then leave in their original order, and no new batch leaves while it
+    // would make the broker forget one still unanswered.
+    let start = Instant::now();
+    let mut accumulator = Accumulator::new(1 << 20, Duration::ZERO, Compression::None);
+    accumulator.set_identity(ProducerIdentity {
+        id: ProducerId(1),
+        epoch: ProducerEpoch(0),
+    });
+    accumulator.set_in_flight_max(5);
+    let tp = TopicPartition::new("t", 0);
+    let mut sent = Vec::new();
+    for ticket in 0..7u32 {
+        let value = [ticket as u8];
+        let record = Record {
+            timestamp_ms: 0,
+            key: None,
+            value: Some(&value),
+            headers: &[],
+        };
+        accumulator.append(&tp, &record, ticket, start);
+        sent.extend(accumulator.drain_ready(start, false));
+    }
+    assert_eq!(sent.len(), 5, "five in flight, the rest waits");
+    let mut sent: VecDeque<_> = sent.into();
+    let first = sent.pop_front().unwrap();
+    let second = sent.pop_front().unwrap();
+    // The second fails first, then the first: both back, three still out.
+    assert!(matches!(
+        accumulator.on_failed_send(second, true, false, 5, start, Duration::ZERO),
+        FailedSend::Retried
+    ));
+    assert!(matches!(
+        accumulator.on_failed_send(first, true, false, 5, start, Duration::ZERO),
+        FailedSend::Retried
+    ));
+    assert!(accumulator.drain_ready(start, false).is_empty());
+    for batch in sent.drain(..) {
+        accumulator.complete(&batch);
+    }
+    // The window: 0 and 1 unanswered, 2..=4 answered. A sixth batch would
+    // push 0 out of the broker's memory of the last five: it waits.
+    let again = accumulator.drain_ready(start, false);
+    let order: Vec<&[u32]> = again.iter().map(|b| &b.tickets[..]).collect();
+    assert_eq!(order, [&[0][..], &[1]], "the retries, in order, alone");
+    // An out-of-order refusal behind an unacknowledged batch is retried;
+    // with nothing earlier outstanding it is final.
+    let mut again: VecDeque<_> = again.into();
+    let zero = again.pop_front().unwrap();
+    let one = again.pop_front().unwrap();
+    assert!(matches!(
+        accumulator.on_failed_send(one, false, true, 0, start, Duration::ZERO),
+        FailedSend::Retried
+    ));
+    accumulator.complete(&zero);
+    let mut next: VecDeque<_> = accumulator.drain_ready(start, false).into();
+    let one = next.pop_front().unwrap();
+    assert_eq!(one.tickets, [1]);
+    assert_eq!(next[0].tickets, [5, 6], "room in the window again");
+    assert!(matches!(
+        accumulator.on_failed_send(one, false, true, 0, start, Duration::ZERO),
+        FailedSend::Failed(_)
+    ));
+    accumulator.complete(&next[0]);
+    assert!(accumulator.is_empty());
+}
