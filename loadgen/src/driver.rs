@@ -17,6 +17,9 @@
 //! to the new leader, until `delivery_timeout_ms`; consumers re-route each
 //! partition to its current leader. The longest time any partition went
 //! without an acknowledgement is reported as its unavailability.
+//!
+//! With `--transaction-ms` each worker writes in transactions
+//! (`transactions.rs`) and consumers read committed records only.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +48,7 @@ use crate::payload::{PayloadGenerator, PayloadHeader};
 use crate::progress::format_progress_line;
 use crate::run_config::{Acks, Compression, RunConfig};
 use crate::schedule::{Clock, MonotonicClock, WorkerSchedule};
+use crate::transactions::TxnCycle;
 use crate::value_id::ValueId;
 use crate::verify::{verify, HistoryRecord, VerifyReport};
 
@@ -210,7 +214,7 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
         metadata_timeout_ms: METADATA_TIMEOUT_MS,
         ..ClientConfig::default()
     };
-    let cluster = Cluster::connect(&config.bootstrap.join(","), client_config)
+    let cluster = Cluster::connect(&config.bootstrap.join(","), client_config.clone())
         .await
         .context("connecting to the cluster")?;
     ensure_topic(&config, &cluster).await?;
@@ -222,9 +226,22 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
     let consumer_stats: Vec<Arc<Mutex<WorkerStats>>> = (0..members)
         .map(|_| Arc::new(Mutex::new(WorkerStats::new())))
         .collect();
+    // Consumers have connections of their own, as separate clients do: a
+    // read_committed fetch waiting for a commit must not hold up, on a
+    // shared connection, the produce answers that commit waits for.
+    let consumer_cluster = Cluster::connect(&config.bootstrap.join(","), client_config)
+        .await
+        .context("connecting the consumers")?;
+    let consumer_refresher = MetadataRefresher::new(consumer_cluster.clone());
     // Consumers are at the log end (and groups stable) before any producer sends.
-    let consumers =
-        Consumers::start(&config, &cluster, &refresher, &consumer_stats, &counters).await?;
+    let consumers = Consumers::start(
+        &config,
+        &consumer_cluster,
+        &consumer_refresher,
+        &consumer_stats,
+        &counters,
+    )
+    .await?;
 
     let start_ns = clock.now_ns();
     let warmup_end_ns = start_ns + config.warmup_ms * 1_000_000;
@@ -600,6 +617,8 @@ struct SealedBatch {
     /// Carries a producer id and sequence (stamped at its first send; a
     /// retry sends the same bytes).
     stamped: bool,
+    /// The worker's transaction it belongs to (0 without transactions).
+    txn: u64,
 }
 
 struct PartitionQueue {
@@ -658,6 +677,8 @@ struct ProducerWorker {
     /// A stamped batch failed for good: the broker may or may not hold it,
     /// so the next first send needs a new producer id.
     identity_stale: bool,
+    /// `--transaction-ms`: the worker's transactions.
+    txn: Option<TxnCycle>,
 }
 
 /// A produce response, reported back to its worker.
@@ -705,6 +726,7 @@ impl ProducerWorker {
             wall_origin_us,
             identity: None,
             identity_stale: false,
+            txn: None,
             shared,
         })
     }
@@ -738,7 +760,22 @@ impl ProducerWorker {
     async fn run(mut self) -> anyhow::Result<()> {
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Completion>();
         let mut in_flight = 0usize;
-        if self.config().idempotent {
+        let transaction_ms = self.config().transaction_ms;
+        if transaction_ms > 0 {
+            let config = self.shared.config.clone();
+            let id = format!("ringlog-loadgen-{}-{}", config.seed, self.index);
+            let txn = TxnCycle::start(
+                &self.shared.cluster,
+                &id,
+                &config.topic,
+                config.partitions,
+                transaction_ms,
+            )
+            .await?;
+            let identity = txn.identity();
+            self.identity = Some((identity.id, identity.epoch));
+            self.txn = Some(txn);
+        } else if self.config().idempotent {
             self.take_identity().await?;
         }
         loop {
@@ -749,8 +786,12 @@ impl ProducerWorker {
             }
             self.seal_due(now_ns, !sending);
             if self.identity_stale {
+                if self.txn.is_some() {
+                    bail!("a batch of a transaction failed for good; the run stops");
+                }
                 self.take_identity().await?;
             }
+            self.advance_transaction(now_ns, sending, in_flight).await?;
             in_flight += self.send_ready(&done_tx).await;
             while let Ok(done) = done_rx.try_recv() {
                 self.complete(done);
@@ -762,7 +803,15 @@ impl ProducerWorker {
                     .queues
                     .iter()
                     .all(|q| q.open.is_none() && q.sealed.is_empty())
+                && self.txn.as_ref().is_none_or(TxnCycle::is_done)
             {
+                if let Some(txn) = &self.txn {
+                    println!(
+                        "producer {}: {} transactions committed",
+                        self.index,
+                        txn.committed()
+                    );
+                }
                 break;
             }
             let wake_ns = self.next_wake_ns(now_ns, sending);
@@ -779,6 +828,42 @@ impl ProducerWorker {
             }
         }
         Ok(())
+    }
+
+    /// Ends the open transaction when it is due (sealing what the worker
+    /// holds into it first) and lets the cycle move on.
+    async fn advance_transaction(
+        &mut self,
+        now_ns: u64,
+        sending: bool,
+        in_flight: usize,
+    ) -> anyhow::Result<()> {
+        let Some(txn) = &self.txn else {
+            return Ok(());
+        };
+        if txn.due(now_ns, sending) {
+            for partition in 0..self.queues.len() {
+                self.seal(partition);
+            }
+            self.txn.as_mut().expect("checked").drain();
+        }
+        let txn = self.txn.as_ref().expect("checked");
+        let current = txn.sending();
+        let outstanding = in_flight > 0
+            || self
+                .queues
+                .iter()
+                .any(|q| q.sealed.iter().any(|b| Some(b.txn) == current));
+        let more = sending
+            || self
+                .queues
+                .iter()
+                .any(|q| q.open.is_some() || !q.sealed.is_empty());
+        self.txn
+            .as_mut()
+            .expect("checked")
+            .advance(now_ns, outstanding, more)
+            .await
     }
 
     fn complete(&mut self, done: Completion) {
@@ -865,9 +950,10 @@ impl ProducerWorker {
             Compression::Zstd => protocol::Compression::Zstd,
         };
         let batch_bytes = self.config().batch_bytes as usize;
+        let transactional = self.txn.is_some();
         let queue = &mut self.queues[partition];
         let batch = queue.open.get_or_insert_with(|| PendingBatch {
-            builder: BatchBuilder::new(compression),
+            builder: BatchBuilder::new(compression).transactional(transactional),
             opened_ns: send_ns,
             sends: Vec::new(),
             buffered_bytes: 0,
@@ -894,6 +980,7 @@ impl ProducerWorker {
     }
 
     fn seal(&mut self, partition: usize) {
+        let txn = self.txn.as_ref().map_or(0, TxnCycle::sealing_into);
         let queue = &mut self.queues[partition];
         if let Some(batch) = queue.open.take() {
             let bytes = batch.builder.build().expect("a batch with records builds");
@@ -903,6 +990,7 @@ impl ProducerWorker {
                 buffered_bytes: batch.buffered_bytes,
                 first_sent_ns: None,
                 stamped: false,
+                txn,
             });
         }
     }
@@ -965,6 +1053,13 @@ impl ProducerWorker {
             let queue = &self.queues[partition];
             if queue.in_flight || queue.sealed.is_empty() || now_ns < queue.retry_at_ns {
                 continue;
+            }
+            if let Some(txn) = &self.txn {
+                let front = queue.sealed.front().expect("checked non-empty").txn;
+                if txn.sending() != Some(front) {
+                    // The next transaction's: it waits for its begin.
+                    continue;
+                }
             }
             let Some(connection) = self.leader_connection(partition).await else {
                 continue;
@@ -1054,6 +1149,9 @@ impl ProducerWorker {
             } else {
                 return now_ns;
             }
+        }
+        if let Some(end) = self.txn.as_ref().and_then(TxnCycle::ends_at_ns) {
+            wake = wake.min(end.max(now_ns + 1));
         }
         let linger_ns = self.config().linger_ms * 1_000_000;
         for queue in &self.queues {
@@ -1187,13 +1285,13 @@ impl ConsumerTask {
                         max_bytes: FETCH_PARTITION_BYTES_MAX,
                     })
                     .collect();
-                let body = messages::fetch_request(
-                    FETCH_WAIT_MS,
-                    1,
-                    FETCH_BYTES_MAX,
-                    IsolationLevel::ReadUncommitted,
-                    &entries,
-                );
+                let isolation = if self.config.transaction_ms > 0 {
+                    IsolationLevel::ReadCommitted
+                } else {
+                    IsolationLevel::ReadUncommitted
+                };
+                let body =
+                    messages::fetch_request(FETCH_WAIT_MS, 1, FETCH_BYTES_MAX, isolation, &entries);
                 busy.extend(&partitions);
                 rounds.spawn(async move {
                     let bound = Duration::from_millis(FETCH_ROUND_TRIP_MS_MAX);
@@ -1286,6 +1384,11 @@ impl ConsumerTask {
                 let (batch, used) =
                     RecordBatch::parse_prefix(rest, 64 << 20).context("fetched batch")?;
                 rest = &rest[used..];
+                if batch.header().is_control() {
+                    // A transaction marker: no record of the workload.
+                    position.1 = position.1.max(batch.header().last_offset().0 + 1);
+                    continue;
+                }
                 let section = batch
                     .records_section(decompressed_bytes_max)
                     .context("records")?;

@@ -27,6 +27,7 @@ pub mod report_dir;
 pub mod report_html;
 pub mod run_config;
 pub mod schedule;
+mod transactions;
 pub mod units;
 pub mod value_id;
 pub mod verify;

@@ -164,6 +164,12 @@ struct RunArgs {
     /// with --acks 0].
     #[arg(long)]
     idempotence: Option<bool>,
+    /// Write in transactions committed every this many milliseconds, each
+    /// producer with its own transactional id over every partition;
+    /// consumers read committed records only. Needs --acks all
+    /// (10..=30000) [default: 0, off].
+    #[arg(long)]
+    transaction_ms: Option<u64>,
     /// Producer batch bound: 64KiB [default: 64KiB].
     #[arg(long, value_parser = parse_size_bytes)]
     batch_bytes: Option<u64>,
@@ -232,6 +238,7 @@ impl RunArgs {
             consumer_group: self.consumer_group,
             consumer_groups: self.consumer_groups,
             idempotence: self.idempotence,
+            transaction_ms: self.transaction_ms,
         }
     }
 }

@@ -160,6 +160,11 @@ async fn fetch(
         while !rest.is_empty() {
             let (batch, used) = RecordBatch::parse_prefix(rest, 64 << 20).context("batch")?;
             rest = &rest[used..];
+            if batch.header().is_control() {
+                // A transaction marker: no record of the workload.
+                next = next.max(batch.header().last_offset().0 + 1);
+                continue;
+            }
             for record in batch.records_section(64 << 20).context("records")?.iter() {
                 let record = record.context("record")?;
                 if record.offset.0 < next {

@@ -198,6 +198,8 @@ pub struct RunFlags {
     pub consumer_groups: Option<u32>,
     /// `--idempotence false`: send batches without a producer id.
     pub idempotence: Option<bool>,
+    /// `--transaction-ms N`: producers write in transactions of N ms.
+    pub transaction_ms: Option<u64>,
 }
 
 impl RunFlags {
@@ -234,9 +236,15 @@ impl RunFlags {
             consumer_group: self.consumer_group.or(fallback.consumer_group),
             consumer_groups: self.consumer_groups.or(fallback.consumer_groups),
             idempotence: self.idempotence.or(fallback.idempotence),
+            transaction_ms: self.transaction_ms.or(fallback.transaction_ms),
         }
     }
 }
+
+/// Bounds of `--transaction-ms` (a transaction longer than the
+/// coordinator's 60 s default timeout would be aborted).
+pub const TRANSACTION_MS_MIN: u64 = 10;
+pub const TRANSACTION_MS_MAX: u64 = 30_000;
 
 /// Defaults when neither a flag nor a scenario sets a field.
 fn defaults() -> RunFlags {
@@ -267,6 +275,7 @@ fn defaults() -> RunFlags {
         consumer_group: None,
         consumer_groups: Some(1),
         idempotence: Some(true),
+        transaction_ms: Some(0),
     }
 }
 
@@ -335,6 +344,12 @@ pub struct RunConfig {
     /// partition, so the broker appends a retried batch once. Default on;
     /// off with acks=0 (nothing is retried there).
     pub idempotent: bool,
+    /// Each producer worker writes in transactions (a transactional id of
+    /// its own, every partition of the topic in each) committed every this
+    /// many ms; consumers then read committed records only. 0: off;
+    /// else TRANSACTION_MS_MIN..=TRANSACTION_MS_MAX, with idempotence and
+    /// acks=all.
+    pub transaction_ms: u64,
 }
 
 fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
@@ -377,6 +392,7 @@ impl RunConfig {
             consumer_group: f.consumer_group,
             consumer_group_count: f.consumer_groups.expect("defaulted"),
             idempotent: f.idempotence.expect("defaulted") && f.acks != Some(Acks::None),
+            transaction_ms: f.transaction_ms.expect("defaulted"),
         };
         config.validate()?;
         Ok(config)
@@ -438,6 +454,20 @@ impl RunConfig {
         }
         if self.history_dir.is_some() && !self.verify {
             return Err(invalid("history-dir", "needs --verify"));
+        }
+        if self.transaction_ms != 0 {
+            check(
+                "transaction-ms",
+                self.transaction_ms,
+                TRANSACTION_MS_MIN,
+                TRANSACTION_MS_MAX,
+            )?;
+            if !self.idempotent || self.acks != Acks::All {
+                return Err(invalid(
+                    "transaction-ms",
+                    "transactions need idempotence and --acks all",
+                ));
+            }
         }
         if self.verify && self.consumers == 0 {
             return Err(invalid(
@@ -624,6 +654,36 @@ mod tests {
         assert_eq!(config.bootstrap, vec!["127.0.0.1:9092".to_string()]);
         assert_eq!(config.consumer_groups(), 1);
         assert_eq!(config.workload_parameters().workload, "custom");
+    }
+
+    // Transactions need idempotence and acks=all and a length in bounds.
+    #[test]
+    fn transactions_are_validated() {
+        let flags = |acks, ms| RunFlags {
+            acks: Some(acks),
+            transaction_ms: Some(ms),
+            ..RunFlags::default()
+        };
+        assert_eq!(
+            RunConfig::resolve(flags(Acks::All, 100), 1)
+                .unwrap()
+                .transaction_ms,
+            100
+        );
+        assert!(RunConfig::resolve(flags(Acks::Leader, 100), 1).is_err());
+        assert!(RunConfig::resolve(flags(Acks::All, 5), 1).is_err());
+        assert!(RunConfig::resolve(flags(Acks::All, TRANSACTION_MS_MAX + 1), 1).is_err());
+        let plain = RunFlags {
+            idempotence: Some(false),
+            ..flags(Acks::All, 100)
+        };
+        assert!(RunConfig::resolve(plain, 1).is_err());
+        assert_eq!(
+            RunConfig::resolve(flags(Acks::Leader, 0), 1)
+                .unwrap()
+                .transaction_ms,
+            0
+        );
     }
 
     // The 1m-500b preset sets the seed's workload; explicit flags win over it.

@@ -1,7 +1,8 @@
 //! Short real runs: the load generator against a broker started by the test,
 //! open loop at a modest rate with verification on. Every send must be acked,
 //! every acked record read back once (by every consumer group, when reading
-//! through groups), and the report directory written.
+//! through groups, and by read_committed consumers when producers write in
+//! transactions), and the report directory written.
 
 #[path = "../../client/tests/real_broker/mod.rs"]
 mod real_broker;
@@ -134,4 +135,56 @@ fn groups_consume_everything_and_commit() {
         2 * acked,
         "each group reads every record once"
     );
+}
+
+#[test]
+fn transactional_producers_commit_and_consumers_read_committed() {
+    // Proves `--transaction-ms`: each producer commits a transaction every
+    // 100 ms, and read_committed consumers read every acked record once
+    // (a record whose transaction never committed would stay invisible to
+    // them and count as lost).
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, "[transactions]\nstate_topic_partitions = 4\n").unwrap();
+    let port = free_port_block(2);
+    let _broker = RealBroker::start_node(
+        &dir.path().join("data"),
+        port,
+        1,
+        2,
+        &["--config", config.to_str().unwrap()],
+    );
+    let report = dir.path().join("report");
+    let output = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+        .args(["--topic", "lg-txn", "--partitions", "4"])
+        .args(["--rate", "10000", "--duration", "2s", "--warmup", "1s"])
+        .args(["--producers", "2", "--consumers", "2", "--acks", "all"])
+        .args(["--keys", "uniform:100", "--transaction-ms", "100"])
+        .args(["--verify", "--seed", "11"])
+        .arg("--report-dir")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("verdict: clean"), "{stdout}");
+    for producer in 0..2 {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("producer {producer}: ")))
+            .unwrap_or_else(|| panic!("producer {producer} reports its commits: {stdout}"));
+        let committed: u64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert!(committed >= 10, "3 s of 100 ms transactions: {line}");
+    }
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report.join("result.json")).unwrap()).unwrap();
+    let acked = result["ackedMessages"].as_u64().unwrap();
+    assert!(acked >= 20_000, "about 3 s at 10k msg/s: {acked}");
+    assert_eq!(result["errors"].as_u64().unwrap(), 0);
+    assert_eq!(result["consumedMessages"].as_u64().unwrap(), acked);
 }
