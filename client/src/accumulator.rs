@@ -78,6 +78,20 @@ struct SendKey {
     index: u64,
 }
 
+/// How a send failed, as the retry decision needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendFailure {
+    /// A new attempt may succeed (leader moved, timeout, ...).
+    Retriable,
+    /// The broker's out-of-order refusal.
+    OutOfOrder,
+    /// The partition does not know the producer and the batch did not start
+    /// at sequence 0.
+    UnknownProducer,
+    /// Anything else: final.
+    Final,
+}
+
 /// What to do with a batch whose send failed.
 #[derive(Debug)]
 pub enum FailedSend<T> {
@@ -123,6 +137,9 @@ struct PartitionQueue<T> {
     /// A batch came back for a retry: nothing goes out until every batch
     /// in flight is back.
     resending: bool,
+    /// The partition forgot the producer: once every batch is back, the
+    /// unanswered ones are numbered again from sequence 0.
+    restamp: bool,
     /// Stamped batches from the oldest one not completed yet (in flight
     /// or back for a retry) to the newest, each with whether it completed.
     /// A new batch is stamped only while this holds fewer than the bound:
@@ -288,6 +305,7 @@ impl<T> Accumulator<T> {
                 sealed: VecDeque::new(),
                 in_flight: 0,
                 resending: false,
+                restamp: false,
                 window: VecDeque::new(),
             });
         if let Some(open) = &queue.open {
@@ -332,6 +350,15 @@ impl<T> Accumulator<T> {
     /// (it would overtake them).
     pub fn drain_ready(&mut self, now: Instant, force: bool) -> Vec<SealedBatch<T>> {
         let in_flight_max = self.partition_in_flight_max();
+        let restamp: Vec<TopicPartition> = self
+            .queues
+            .iter()
+            .filter(|(_, q)| q.restamp && q.in_flight == 0)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in restamp {
+            self.restamp(&tp);
+        }
         let generation = self.generation;
         let stamping = self.identity.is_some();
         let mut ready = Vec::new();
@@ -348,7 +375,7 @@ impl<T> Accumulator<T> {
             // Batches this round stamps join the window after the loop.
             let mut window = queue.window.len();
             while queue.in_flight < in_flight_max {
-                // A new batch must leave room in the window.
+                // A new batch must leave room in the window (`may_stamp`).
                 let may_stamp = !older_unacked && (!stamping || window < in_flight_max);
                 if let Some(front) = queue.sealed.front() {
                     let waiting = front.retry_at.is_some_and(|at| at > now);
@@ -385,16 +412,37 @@ impl<T> Accumulator<T> {
         ready
     }
 
-    /// When `drain_ready` would next return something without new input
-    /// (batches coming back wake the caller anyway).
+    /// Whether `queue` may send a batch never sent before: no batch of an
+    /// earlier identity is unanswered, and the window has room.
+    fn may_stamp(&self, queue: &PartitionQueue<T>, in_flight_max: usize) -> bool {
+        let older_unacked = queue
+            .oldest_unacked()
+            .is_some_and(|k| k.generation < self.generation);
+        !older_unacked && (self.identity.is_none() || queue.window.len() < in_flight_max)
+    }
+
+    /// When `drain_ready` would next return something without new input,
+    /// by the same rules (batches coming back wake the caller anyway; a
+    /// partition that must wait for them gives no time, so the caller does
+    /// not spin).
     pub fn next_wakeup(&self) -> Option<Instant> {
         let in_flight_max = self.partition_in_flight_max();
         self.queues
             .values()
             .filter(|q| q.in_flight < in_flight_max && !(q.resending && q.in_flight > 0))
-            .filter_map(|q| match q.sealed.front() {
-                Some(front) => Some(front.retry_at.unwrap_or_else(Instant::now)),
-                None => q.open.as_ref().map(|open| open.created_at + self.linger),
+            .filter_map(|q| {
+                let may_stamp = self.may_stamp(q, in_flight_max);
+                match q.sealed.front() {
+                    Some(front) if front.sent_as.is_some() || may_stamp => {
+                        Some(front.retry_at.unwrap_or_else(Instant::now))
+                    }
+                    Some(_) => None,
+                    None => q
+                        .open
+                        .as_ref()
+                        .filter(|_| may_stamp)
+                        .map(|open| open.created_at + self.linger),
+                }
             })
             .min()
     }
@@ -433,6 +481,37 @@ impl<T> Accumulator<T> {
         }
     }
 
+    /// Numbers the partition's unanswered batches (all back, at the front
+    /// of its queue) again from sequence 0 under the current identity.
+    fn restamp(&mut self, topic_partition: &TopicPartition) {
+        let queue = self
+            .queues
+            .get_mut(topic_partition)
+            .expect("restamping a known partition");
+        assert_eq!(queue.in_flight, 0, "every batch is back");
+        queue.restamp = false;
+        queue.window.clear();
+        let mut again = Vec::new();
+        while queue.sealed.front().is_some_and(|b| b.sent_as.is_some()) {
+            let mut batch = queue.sealed.pop_front().expect("front exists");
+            batch.stamped = None;
+            batch.sent_as = None;
+            again.push(batch);
+        }
+        self.sequences.remove(topic_partition);
+        self.indices.remove(topic_partition);
+        for batch in &mut again {
+            self.stamp(batch);
+        }
+        let queue = self
+            .queues
+            .get_mut(topic_partition)
+            .expect("restamping a known partition");
+        for batch in again.into_iter().rev() {
+            queue.sealed.push_front(batch);
+        }
+    }
+
     /// Puts an in-flight batch back into its partition's queue in send
     /// order, to be sent again no earlier than `retry_at`; the partition
     /// sends nothing until its other batches in flight are back.
@@ -452,36 +531,42 @@ impl<T> Accumulator<T> {
         queue.sealed.insert(at, batch);
     }
 
-    /// A send of `batch` failed with an error that is `retriable` (a new
-    /// attempt may succeed) or is the broker's out-of-order refusal. Within
-    /// `retries_max` attempts a retriable failure is retried; an
-    /// out-of-order refusal is retried, without counting, when the batch
-    /// went out while an earlier batch of its partition was unanswered (the
-    /// broker may have taken this one first; the earlier one may be in by
-    /// now, or be retried before it). A refusal of a batch sent with
-    /// nothing earlier outstanding is final. Otherwise the batch fails for
-    /// good and is completed here. A retry waits `backoff` from `now`; one
-    /// after an out-of-order refusal goes as soon as its partition's other
-    /// batches are back.
+    /// A send of `batch` failed. Within `retries_max` attempts a retriable
+    /// failure is retried after `backoff` from `now`. An out-of-order or
+    /// unknown-producer refusal of a batch that went out while an earlier
+    /// batch of its partition was unanswered is retried at once, without
+    /// counting (the broker may have taken this one first; the earlier one
+    /// may be in by now, or be retried before it). An unknown-producer
+    /// refusal of the partition's oldest unanswered batch means the
+    /// partition forgot the producer: once every batch is back, the
+    /// unanswered ones are numbered again from 0 and resent. Anything else
+    /// fails for good and is completed here.
     pub fn on_failed_send(
         &mut self,
         mut batch: SealedBatch<T>,
-        retriable: bool,
-        out_of_order: bool,
+        failure: SendFailure,
         retries_max: u32,
         now: Instant,
         backoff: Duration,
     ) -> FailedSend<T> {
-        let behind_unacked = out_of_order && batch.sent_behind;
-        if behind_unacked {
-            // Sent in the shadow of the earlier batch's failure: not this
-            // batch's own attempt.
+        let refused = matches!(
+            failure,
+            SendFailure::OutOfOrder | SendFailure::UnknownProducer
+        );
+        if refused && batch.sent_behind {
+            // Sent in the shadow of the earlier batch: not this batch's own
+            // attempt.
             batch.attempts = batch.attempts.saturating_sub(1);
-        }
-        if behind_unacked {
             self.retry(batch, now);
             FailedSend::Retried
-        } else if retriable && batch.attempts <= retries_max {
+        } else if failure == SendFailure::UnknownProducer && batch.attempts <= retries_max {
+            self.queues
+                .get_mut(&batch.topic_partition)
+                .expect("a failed batch's queue")
+                .restamp = true;
+            self.retry(batch, now);
+            FailedSend::Retried
+        } else if failure == SendFailure::Retriable && batch.attempts <= retries_max {
             self.retry(batch, now + backoff);
             FailedSend::Retried
         } else {

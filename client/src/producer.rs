@@ -29,7 +29,9 @@ use protocol::{ApiKey, ErrorCode, Record, RecordHeader};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::accumulator::{Accumulator, FailedSend, ProducerIdentity, SealedBatch, TopicPartition};
+use crate::accumulator::{
+    Accumulator, FailedSend, ProducerIdentity, SealedBatch, SendFailure, TopicPartition,
+};
 use crate::cluster::Cluster;
 use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::error::{ClientError, Result};
@@ -528,7 +530,8 @@ struct Sender {
     accumulator: Accumulator<Ticket>,
     partitioner: Partitioner,
     config: ProducerConfig,
-    in_flight: JoinSet<RequestOutcome>,
+    /// One task per leader and dispatch, with the outcome of each request.
+    in_flight: JoinSet<Vec<RequestOutcome>>,
     identity: IdentityState,
     /// When to ask for a producer id again after a retriable failure.
     identity_retry_at: Option<Instant>,
@@ -582,8 +585,10 @@ impl Sender {
                     }
                 },
                 Some(joined) = self.in_flight.join_next(), if !self.in_flight.is_empty() => {
-                    let outcome = joined.expect("produce request tasks do not panic");
-                    self.handle_outcome(outcome);
+                    let outcomes = joined.expect("produce request tasks do not panic");
+                    for outcome in outcomes {
+                        self.handle_outcome(outcome);
+                    }
                 }
                 () = sleep_until(wakeup), if wakeup.is_some() => {}
             }
@@ -746,25 +751,25 @@ impl Sender {
                 None => by_address.push((address, vec![batch])),
             }
         }
-        for (address, mut batches) in by_address {
-            batches.sort_by(|a, b| a.topic_partition.cmp(&b.topic_partition));
+        for (address, batches) in by_address {
+            let rounds = one_per_partition(batches);
             let cluster = self.cluster.clone();
             let acks = self.config.acks;
             let timeout_ms = self.config.produce_timeout_ms as i32;
             self.in_flight.spawn(async move {
-                let result = produce(&cluster, address, &batches, acks, timeout_ms).await;
-                let stale = match &result {
+                let outcomes = produce(&cluster, address, rounds, acks, timeout_ms).await;
+                let stale = outcomes.iter().any(|o| match &o.result {
                     Err(error) => error.needs_metadata_refresh(),
                     Ok(outcomes) => outcomes
                         .iter()
                         .any(|o| ClientError::broker(o.error, None).needs_metadata_refresh()),
-                };
+                });
                 if stale {
                     // The retry must see the new leader; a failed refresh
                     // surfaces as the retry's own error.
                     let _ = cluster.refresh_metadata().await;
                 }
-                RequestOutcome { batches, result }
+                outcomes
             });
         }
     }
@@ -796,17 +801,21 @@ impl Sender {
                 Err(error) => error,
             };
             let backoff = self.config.retry_backoff(batch.attempts);
-            let out_of_order = matches!(
-                &error,
+            let failure = match &error {
                 ClientError::Broker {
                     code: ErrorCode::OutOfOrderSequenceNumber,
                     ..
-                }
-            );
+                } => SendFailure::OutOfOrder,
+                ClientError::Broker {
+                    code: ErrorCode::UnknownProducerId,
+                    ..
+                } => SendFailure::UnknownProducer,
+                error if error.is_retriable() => SendFailure::Retriable,
+                _ => SendFailure::Final,
+            };
             let failed = match self.accumulator.on_failed_send(
                 batch,
-                error.is_retriable(),
-                out_of_order,
+                failure,
                 self.config.retries_max,
                 Instant::now(),
                 backoff,
@@ -907,16 +916,71 @@ fn resolve(batch: SealedBatch<Ticket>, result: Result<i64>) {
     }
 }
 
-/// Sends one produce request with `batches` and returns the per-partition outcomes.
+/// Splits one leader's batches into requests holding at most one batch per
+/// partition (an answer names its partition, not its batch), each
+/// partition's batches in send order across the requests.
+fn one_per_partition(batches: Vec<SealedBatch<Ticket>>) -> Vec<Vec<SealedBatch<Ticket>>> {
+    let mut rounds: Vec<Vec<SealedBatch<Ticket>>> = Vec::new();
+    let mut seen: BTreeMap<TopicPartition, usize> = BTreeMap::new();
+    for batch in batches {
+        let round = seen.entry(batch.topic_partition.clone()).or_insert(0);
+        if *round == rounds.len() {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(batch);
+        *round += 1;
+    }
+    for round in &mut rounds {
+        round.sort_by(|a, b| a.topic_partition.cmp(&b.topic_partition));
+    }
+    rounds
+}
+
+/// Sends one produce request per round to the leader at `address`, every
+/// request written before any answer is awaited (in order, so the leader
+/// gets each partition's batches in sequence order), and returns each
+/// request's per-partition outcomes.
 async fn produce(
     cluster: &Cluster,
     address: Result<String>,
+    rounds: Vec<Vec<SealedBatch<Ticket>>>,
+    acks: Acks,
+    timeout_ms: i32,
+) -> Vec<RequestOutcome> {
+    let connection = match address {
+        Ok(address) => cluster.connection(&address).await,
+        Err(error) => Err(error),
+    };
+    let mut sent = Vec::with_capacity(rounds.len());
+    for batches in rounds {
+        let answer = match &connection {
+            Ok(connection) => send_produce(connection, &batches, acks, timeout_ms).await,
+            Err(error) => Err(error.clone()),
+        };
+        sent.push((batches, answer));
+    }
+    let mut outcomes = Vec::with_capacity(sent.len());
+    for (batches, answer) in sent {
+        let result = match answer {
+            Ok(Some(response)) => response
+                .await
+                .and_then(|r| messages::produce_response(r.body())),
+            Ok(None) => Ok(Vec::new()),
+            Err(error) => Err(error),
+        };
+        outcomes.push(RequestOutcome { batches, result });
+    }
+    outcomes
+}
+
+/// Writes one produce request; its answer to await (`None` with acks=0,
+/// which has none).
+async fn send_produce(
+    connection: &crate::connection::Connection,
     batches: &[SealedBatch<Ticket>],
     acks: Acks,
     timeout_ms: i32,
-) -> Result<Vec<ProduceOutcome>> {
-    let address = address?;
-    let connection = cluster.connection(&address).await?;
+) -> Result<Option<crate::connection::ResponseFuture>> {
     let entries: Vec<ProduceEntry<'_>> = batches
         .iter()
         .map(|b| ProduceEntry {
@@ -931,10 +995,11 @@ async fn produce(
         connection
             .send_without_response(ApiKey::Produce, &body, &payload)
             .await?;
-        return Ok(Vec::new());
+        return Ok(None);
     }
-    let response = connection.request(ApiKey::Produce, &body, &payload).await?;
-    messages::produce_response(response.body())
+    Ok(Some(
+        connection.send(ApiKey::Produce, &body, &payload).await?,
+    ))
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

@@ -6,13 +6,15 @@
 //! serves a connection's requests concurrently); requests are lost before
 //! or after the append, or refused with a retriable error; the
 //! accumulator's own retry decision (`on_failed_send`) decides what goes
-//! out again. Every record must land exactly once, in the order
+//! out again. An idle producer may be forgotten by a partition (its state
+//! expired): its next batches there are refused until it numbers them
+//! from 0 again. Every record must land exactly once, in the order
 //! it was appended, and be reported at the offset where it landed.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use client::accumulator::{Accumulator, FailedSend, ProducerIdentity, SealedBatch};
+use client::accumulator::{Accumulator, FailedSend, ProducerIdentity, SealedBatch, SendFailure};
 use client::TopicPartition;
 use proptest::prelude::*;
 use protocol::{Compression, ProducerEpoch, ProducerId, Record};
@@ -51,6 +53,10 @@ enum Op {
     Advance {
         ms: u16,
     },
+    /// With nothing of the producer outstanding, a partition forgets it.
+    Forget {
+        partition: u8,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -66,6 +72,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         4 => (any::<u16>(), fate).prop_map(|(pick, fate)| Op::Process { pick, fate }),
         4 => any::<u16>().prop_map(|pick| Op::Deliver { pick }),
         1 => (0u16..300).prop_map(|ms| Op::Advance { ms }),
+        1 => (0u8..2).prop_map(|partition| Op::Forget { partition }),
     ]
 }
 
@@ -80,6 +87,7 @@ struct Leader {
 enum Answer {
     Appended(usize),
     OutOfOrder,
+    UnknownProducer,
 }
 
 impl Leader {
@@ -92,6 +100,10 @@ impl Leader {
             .find(|(f, c, _)| *f == first.0 && *c == count)
         {
             return Answer::Appended(*base);
+        }
+        if self.recent.is_empty() && first.0 != 0 {
+            // A producer the partition does not know starts at 0.
+            return Answer::UnknownProducer;
         }
         let expected = self.recent.back().map_or(0, |(f, c, _)| *f + *c as i32);
         if first.0 != expected {
@@ -134,6 +146,21 @@ impl Run {
         self.accumulator.check_invariants();
     }
 
+    /// A wakeup that is due means a send: the producer's task sleeps until
+    /// `next_wakeup` and then drains, so a due wakeup that sends nothing
+    /// would spin.
+    fn check_wakeup(&mut self) {
+        if self
+            .accumulator
+            .next_wakeup()
+            .is_some_and(|at| at <= self.now)
+        {
+            let ready = self.accumulator.drain_ready(self.now, false);
+            assert!(!ready.is_empty(), "a due wakeup sends something");
+            self.in_flight.extend(ready);
+        }
+    }
+
     fn process(&mut self, pick: usize, fate: Fate) {
         if self.in_flight.is_empty() {
             return;
@@ -170,11 +197,14 @@ impl Run {
                 self.accumulator.complete(&batch);
             }
             answer => {
-                let out_of_order = matches!(answer, Some(Answer::OutOfOrder));
+                let failure = match answer {
+                    Some(Answer::OutOfOrder) => SendFailure::OutOfOrder,
+                    Some(Answer::UnknownProducer) => SendFailure::UnknownProducer,
+                    _ => SendFailure::Retriable,
+                };
                 let verdict = self.accumulator.on_failed_send(
                     batch,
-                    !out_of_order,
-                    out_of_order,
+                    failure,
                     100,
                     self.now,
                     Duration::from_millis(10),
@@ -229,7 +259,18 @@ fn run(ops: Vec<Op>, in_flight_max: usize) {
             Op::Process { pick, fate } => run.process(usize::from(pick), fate),
             Op::Deliver { pick } => run.deliver(usize::from(pick)),
             Op::Advance { ms } => run.now += Duration::from_millis(u64::from(ms)),
+            Op::Forget { partition } => {
+                // Only an idle producer is forgotten (expiry counts a day
+                // of silence).
+                if run.accumulator.is_empty() {
+                    let tp = TopicPartition::new("t", i32::from(partition));
+                    if let Some(leader) = run.leaders.get_mut(&tp) {
+                        leader.recent.clear();
+                    }
+                }
+            }
         }
+        run.check_wakeup();
     }
     // Then everything goes through: answered in the order sent.
     let mut rounds = 0;
@@ -298,11 +339,11 @@ fn five_go_out_together_and_a_retry_waits_for_the_rest() {
     let second = sent.pop_front().unwrap();
     // The second fails first, then the first: both back, three still out.
     assert!(matches!(
-        accumulator.on_failed_send(second, true, false, 5, start, Duration::ZERO),
+        accumulator.on_failed_send(second, SendFailure::Retriable, 5, start, Duration::ZERO),
         FailedSend::Retried
     ));
     assert!(matches!(
-        accumulator.on_failed_send(first, true, false, 5, start, Duration::ZERO),
+        accumulator.on_failed_send(first, SendFailure::Retriable, 5, start, Duration::ZERO),
         FailedSend::Retried
     ));
     assert!(accumulator.drain_ready(start, false).is_empty());
@@ -320,7 +361,7 @@ fn five_go_out_together_and_a_retry_waits_for_the_rest() {
     let zero = again.pop_front().unwrap();
     let one = again.pop_front().unwrap();
     assert!(matches!(
-        accumulator.on_failed_send(one, false, true, 0, start, Duration::ZERO),
+        accumulator.on_failed_send(one, SendFailure::OutOfOrder, 0, start, Duration::ZERO),
         FailedSend::Retried
     ));
     accumulator.complete(&zero);
@@ -329,9 +370,48 @@ fn five_go_out_together_and_a_retry_waits_for_the_rest() {
     assert_eq!(one.tickets, [1]);
     assert_eq!(next[0].tickets, [5, 6], "room in the window again");
     assert!(matches!(
-        accumulator.on_failed_send(one, false, true, 0, start, Duration::ZERO),
+        accumulator.on_failed_send(one, SendFailure::OutOfOrder, 0, start, Duration::ZERO),
         FailedSend::Failed(_)
     ));
     accumulator.complete(&next[0]);
     assert!(accumulator.is_empty());
+}
+
+#[test]
+fn a_full_window_gives_no_wakeup() {
+    // Proves that while the oldest of five batches is unanswered and the
+    // four after it are answered, a new batch waits (the broker would
+    // forget the oldest) and the producer is not woken for it, so its task
+    // sleeps instead of spinning; the answer frees the window.
+    let start = Instant::now();
+    let mut accumulator = Accumulator::new(1 << 20, Duration::ZERO, Compression::None);
+    accumulator.set_identity(ProducerIdentity {
+        id: ProducerId(1),
+        epoch: ProducerEpoch(0),
+    });
+    accumulator.set_in_flight_max(5);
+    let tp = TopicPartition::new("t", 0);
+    let record = |value: &'static [u8]| Record {
+        timestamp_ms: 0,
+        key: None,
+        value: Some(value),
+        headers: &[],
+    };
+    let mut sent = Vec::new();
+    for ticket in 0..5u32 {
+        accumulator.append(&tp, &record(b"v"), ticket, start);
+        sent.extend(accumulator.drain_ready(start, false));
+    }
+    assert_eq!(sent.len(), 5);
+    for batch in &sent[1..] {
+        accumulator.complete(batch);
+    }
+    accumulator.append(&tp, &record(b"w"), 5, start);
+    let later = start + Duration::from_secs(1);
+    assert_eq!(accumulator.next_wakeup(), None, "nothing to wake up for");
+    assert!(accumulator.drain_ready(later, false).is_empty());
+    accumulator.complete(&sent[0]);
+    assert!(accumulator.next_wakeup().is_some());
+    let next = accumulator.drain_ready(later, false);
+    assert_eq!(next[0].tickets, [5]);
 }

@@ -93,10 +93,15 @@ pub enum ErrorCode {
     /// Offsets of the partition were committed in a transaction not yet
     /// decided: retry.
     UnstableOffsetCommit = 46,
+    /// The partition does not know the idempotent producer (new here, or
+    /// its state expired) and the batch does not start at sequence 0: the
+    /// producer numbers its unanswered batches for this partition again
+    /// from 0.
+    UnknownProducerId = 47,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 47] = [
+    const ALL: [ErrorCode; 48] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -144,6 +149,7 @@ impl ErrorCode {
         ErrorCode::InvalidTransactionTimeout,
         ErrorCode::TransactionalIdNotFound,
         ErrorCode::UnstableOffsetCommit,
+        ErrorCode::UnknownProducerId,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -231,6 +237,7 @@ impl ErrorCode {
             ErrorCode::InvalidTransactionTimeout => "INVALID_TRANSACTION_TIMEOUT",
             ErrorCode::TransactionalIdNotFound => "TRANSACTIONAL_ID_NOT_FOUND",
             ErrorCode::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
+            ErrorCode::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
         }
     }
 }

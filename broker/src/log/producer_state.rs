@@ -104,6 +104,10 @@ pub enum SequenceError {
         expected: i32,
         got: i32,
     },
+    #[error(
+        "producer {producer_id} is not known here and its batch starts at sequence {got}, not 0"
+    )]
+    UnknownProducer { producer_id: i64, got: i32 },
     #[error("producer {producer_id} has a transaction open here and sent a batch outside it")]
     NotInTransaction { producer_id: i64 },
     #[error("producer {producer_id} sent a transactional batch without a producer epoch")]
@@ -176,14 +180,12 @@ impl ProducerStateTable {
             // one that overtook the producer's first (a client keeps several
             // in flight, and a new leader may hold none of them): taking it
             // would put it before the records it follows. A producer whose
-            // state expired continues under a new id.
+            // state expired numbers its batches here again from 0.
             return if first.0 == 0 {
                 Ok(SequenceCheck::Append)
             } else {
-                Err(SequenceError::OutOfOrder {
+                Err(SequenceError::UnknownProducer {
                     producer_id: header.producer_id.0,
-                    epoch: header.producer_epoch.0,
-                    expected: 0,
                     got: first.0,
                 })
             };
@@ -639,10 +641,9 @@ mod tests {
         // batch that overtook its first is refused, not put before it.
         assert!(matches!(
             table.check(&header(2, 0, 10, 1, 10)),
-            Err(SequenceError::OutOfOrder {
-                expected: 0,
-                got: 10,
-                ..
+            Err(SequenceError::UnknownProducer {
+                producer_id: 2,
+                got: 10
             })
         ));
         assert_eq!(

@@ -40,6 +40,9 @@ impl From<LogError> for OpError {
                 ErrorCode::OutOfOrderSequenceNumber
             }
             LogError::Sequence(SequenceError::StaleEpoch { .. }) => ErrorCode::InvalidProducerEpoch,
+            LogError::Sequence(SequenceError::UnknownProducer { .. }) => {
+                ErrorCode::UnknownProducerId
+            }
             LogError::Sequence(
                 SequenceError::NotInTransaction { .. } | SequenceError::InvalidTransactional { .. },
             ) => ErrorCode::InvalidTxnState,

@@ -36,14 +36,26 @@ impl Shard {
         let offsets_partition = (key.topic == crate::group::OFFSETS_TOPIC).then_some(key.partition);
         let marker = marker_of(&batch);
         let outcome = self
-            .leader_write(key, batch, -1, timeout_ms, None, true)
+            .leader_write(key.clone(), batch, -1, timeout_ms, None, true)
             .await?;
         // Offsets committed in the transaction take effect (or vanish)
-        // before the coordinator hears the marker is in. A resent marker
-        // ended its transaction already: what is pending now belongs to the
-        // producer's next one.
+        // before the coordinator hears the marker is in. A resend repeats
+        // it: the first may have been appended with its wait failing before
+        // this point. Unless the producer has opened its next transaction
+        // here (whose offsets would be pending now), the pending offsets are
+        // the ended transaction's, and deciding them again is harmless.
+        let next_open = outcome.duplicate
+            && offsets_partition.is_some()
+            && marker.is_some_and(|(producer_id, _)| {
+                self.leader_replica(&key).is_ok_and(|(replica, _)| {
+                    replica
+                        .log
+                        .producer_entry(producer_id)
+                        .is_some_and(|e| e.txn_first_offset.is_some())
+                })
+            });
         if let (Some(partition), Some((producer_id, commit)), false) =
-            (offsets_partition, marker, outcome.duplicate)
+            (offsets_partition, marker, next_open)
         {
             self.hosted_marker::<crate::group::coordinator::GroupCoordinator>(
                 partition,
