@@ -555,7 +555,12 @@ impl Sender {
                     break;
                 }
             }
-            let wakeup = match (self.accumulator.next_wakeup(), self.identity_retry_at) {
+            // Without an identity nothing is drained: only its retry wakes.
+            let batches_wakeup = match self.identity {
+                IdentityState::Missing { .. } | IdentityState::FromCoordinator => None,
+                _ => self.accumulator.next_wakeup(),
+            };
+            let wakeup = match (batches_wakeup, self.identity_retry_at) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -953,8 +958,13 @@ async fn produce(
     };
     let mut sent = Vec::with_capacity(rounds.len());
     for batches in rounds {
+        // Each answer is awaited from the moment its request is written, so
+        // its timeout runs: a silent broker then closes the connection and
+        // frees the slots a later round may be waiting for.
         let answer = match &connection {
-            Ok(connection) => send_produce(connection, &batches, acks, timeout_ms).await,
+            Ok(connection) => send_produce(connection, &batches, acks, timeout_ms)
+                .await
+                .map(|answer| answer.map(tokio::spawn)),
             Err(error) => Err(error.clone()),
         };
         sent.push((batches, answer));
@@ -962,9 +972,12 @@ async fn produce(
     let mut outcomes = Vec::with_capacity(sent.len());
     for (batches, answer) in sent {
         let result = match answer {
-            Ok(Some(response)) => response
-                .await
-                .and_then(|r| messages::produce_response(r.body())),
+            Ok(Some(response)) => match response.await {
+                Ok(answer) => answer.and_then(|r| messages::produce_response(r.body())),
+                Err(_) => Err(ClientError::MalformedResponse(
+                    "the task awaiting a produce answer ended".into(),
+                )),
+            },
             Ok(None) => Ok(Vec::new()),
             Err(error) => Err(error),
         };

@@ -307,6 +307,18 @@ proptest! {
     }
 }
 
+/// An idempotent producer's accumulator, five batches per partition in
+/// flight, no linger.
+fn five_in_flight() -> Accumulator<u32> {
+    let mut accumulator = Accumulator::new(1 << 20, Duration::ZERO, Compression::None);
+    accumulator.set_identity(ProducerIdentity {
+        id: ProducerId(1),
+        epoch: ProducerEpoch(0),
+    });
+    accumulator.set_in_flight_max(5);
+    accumulator
+}
+
 #[test]
 fn five_go_out_together_and_a_retry_waits_for_the_rest() {
     // Proves a partition has up to five batches out; when one comes back
@@ -314,12 +326,7 @@ fn five_go_out_together_and_a_retry_waits_for_the_rest() {
     // then leave in their original order, and no new batch leaves while it
     // would make the broker forget one still unanswered.
     let start = Instant::now();
-    let mut accumulator = Accumulator::new(1 << 20, Duration::ZERO, Compression::None);
-    accumulator.set_identity(ProducerIdentity {
-        id: ProducerId(1),
-        epoch: ProducerEpoch(0),
-    });
-    accumulator.set_in_flight_max(5);
+    let mut accumulator = five_in_flight();
     let tp = TopicPartition::new("t", 0);
     let mut sent = Vec::new();
     for ticket in 0..7u32 {
@@ -384,12 +391,7 @@ fn a_full_window_gives_no_wakeup() {
     // forget the oldest) and the producer is not woken for it, so its task
     // sleeps instead of spinning; the answer frees the window.
     let start = Instant::now();
-    let mut accumulator = Accumulator::new(1 << 20, Duration::ZERO, Compression::None);
-    accumulator.set_identity(ProducerIdentity {
-        id: ProducerId(1),
-        epoch: ProducerEpoch(0),
-    });
-    accumulator.set_in_flight_max(5);
+    let mut accumulator = five_in_flight();
     let tp = TopicPartition::new("t", 0);
     let record = |value: &'static [u8]| Record {
         timestamp_ms: 0,

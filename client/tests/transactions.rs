@@ -378,8 +378,35 @@ fn stop_and_verify(brokers: &mut Brokers, topic: &str, partitions: i32) {
     }
 }
 
+/// Waits (30 s at most) until `id`'s transaction is CompleteCommit.
+fn await_complete_commit(runtime: &tokio::runtime::Runtime, admin: &Admin, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let described = runtime.block_on(admin.describe_transaction(id));
+        if described
+            .as_ref()
+            .is_ok_and(|d| d.state == "CompleteCommit")
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{described:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn numbered(prefix: &str, count: usize) -> Vec<String> {
     (0..count).map(|i| format!("{prefix}{i:02}")).collect()
+}
+
+/// Creates the RF 3 topic (min.insync.replicas 2); returns the admin.
+async fn rf3_topic(bootstrap: &str) -> Admin {
+    let admin = Admin::connect(bootstrap, client_config()).await.unwrap();
+    let configs = [("min.insync.replicas".to_string(), "2".to_string())];
+    admin
+        .create_topic(RF3_TOPIC, RF3_PARTITIONS, 3, &configs)
+        .await
+        .unwrap();
+    admin
 }
 
 async fn send_all(producer: &Producer, values: &[String]) {
@@ -392,15 +419,7 @@ fn transactions_survive_the_kill_of_their_coordinator() {
     let root = tempfile::tempdir().unwrap();
     let (_quorum, runtime, mut brokers) = rf3_cluster(root.path());
     let bootstrap = brokers.bootstrap_all();
-    let admin = runtime.block_on(async {
-        let admin = Admin::connect(&bootstrap, client_config()).await.unwrap();
-        let configs = [("min.insync.replicas".to_string(), "2".to_string())];
-        admin
-            .create_topic(RF3_TOPIC, RF3_PARTITIONS, 3, &configs)
-            .await
-            .unwrap();
-        admin
-    });
+    let admin = runtime.block_on(rf3_topic(&bootstrap));
     let producer = runtime.block_on(async {
         let producer = transactional(&bootstrap, "rf3-tx", 60_000).await;
         producer.init_transactions().await.unwrap();
@@ -456,18 +475,7 @@ fn transactions_survive_the_kill_of_their_coordinator() {
     ));
     // Complete is written once every marker is in, just after readers see
     // them.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let described = runtime.block_on(admin.describe_transaction("rf3-tx"));
-        if described
-            .as_ref()
-            .is_ok_and(|d| d.state == "CompleteCommit")
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{described:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    await_complete_commit(&runtime, &admin, "rf3-tx");
     brokers.restart(second);
 
     // Judge from disk: kill -9 every broker, restart, read again; verify
@@ -534,12 +542,7 @@ fn markers_land_once_when_the_coordinator_fails_over_between_them() {
     let (_quorum, runtime, mut brokers) = rf3_cluster(root.path());
     let bootstrap = brokers.bootstrap_all();
     let admin = runtime.block_on(async {
-        let admin = Admin::connect(&bootstrap, client_config()).await.unwrap();
-        let configs = [("min.insync.replicas".to_string(), "2".to_string())];
-        admin
-            .create_topic(RF3_TOPIC, RF3_PARTITIONS, 3, &configs)
-            .await
-            .unwrap();
+        let admin = rf3_topic(&bootstrap).await;
         admin.create_topic(RF1_TOPIC, 3, 1, &[]).await.unwrap();
         admin
     });
@@ -622,18 +625,7 @@ fn markers_land_once_when_the_coordinator_fails_over_between_them() {
         3,
         &expected_pinned,
     ));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let described = runtime.block_on(state.describe_transaction("once-tx"));
-        if described
-            .as_ref()
-            .is_ok_and(|d| d.state == "CompleteCommit")
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{described:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    await_complete_commit(&runtime, &state, "once-tx");
     // Judged from disk after a clean stop: every replica of every partition
     // the transaction wrote holds its marker once.
     for id in 1..=3 {

@@ -11,54 +11,61 @@ use std::process::Command;
 
 use real_broker::{free_port_block, RealBroker};
 
+/// Runs the load generator and returns its output, which must report
+/// success.
+fn succeed(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn short_verified_run_writes_a_report() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port_block(2);
     let _broker = RealBroker::start(&dir.path().join("data"), port);
     let report = dir.path().join("report");
-    let output = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
-        .args([
-            "run",
-            "--bootstrap",
-            &format!("127.0.0.1:{port}"),
-            "--topic",
-            "lg",
-            "--partitions",
-            "4",
-        ])
-        .args([
-            "--rate",
-            "20000",
-            "--duration",
-            "2s",
-            "--warmup",
-            "1s",
-            "--producers",
-            "2",
-            "--consumers",
-            "2",
-        ])
-        .args([
-            "--keys",
-            "uniform:100",
-            "--payload",
-            "json",
-            "--compression",
-            "zstd",
-            "--verify",
-            "--seed",
-            "7",
-        ])
-        .arg("--report-dir")
-        .arg(&report)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = succeed(
+        Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+            .args([
+                "run",
+                "--bootstrap",
+                &format!("127.0.0.1:{port}"),
+                "--topic",
+                "lg",
+                "--partitions",
+                "4",
+            ])
+            .args([
+                "--rate",
+                "20000",
+                "--duration",
+                "2s",
+                "--warmup",
+                "1s",
+                "--producers",
+                "2",
+                "--consumers",
+                "2",
+            ])
+            .args([
+                "--keys",
+                "uniform:100",
+                "--payload",
+                "json",
+                "--compression",
+                "zstd",
+                "--verify",
+                "--seed",
+                "7",
+            ])
+            .arg("--report-dir")
+            .arg(&report),
     );
     assert!(stdout.contains("verdict: clean"), "{stdout}");
     assert!(
@@ -92,21 +99,15 @@ fn groups_consume_everything_and_commit() {
     let port = free_port_block(2);
     let _broker = RealBroker::start(&dir.path().join("data"), port);
     let report = dir.path().join("report");
-    let output = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
-        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
-        .args(["--topic", "lg-groups", "--partitions", "4"])
-        .args(["--rate", "5000", "--duration", "2s", "--warmup", "0s"])
-        .args(["--consumers", "2", "--consumer-group", "lg"])
-        .args(["--consumer-groups", "2", "--verify", "--seed", "7"])
-        .arg("--report-dir")
-        .arg(&report)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = succeed(
+        Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+            .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+            .args(["--topic", "lg-groups", "--partitions", "4"])
+            .args(["--rate", "5000", "--duration", "2s", "--warmup", "0s"])
+            .args(["--consumers", "2", "--consumer-group", "lg"])
+            .args(["--consumer-groups", "2", "--verify", "--seed", "7"])
+            .arg("--report-dir")
+            .arg(&report),
     );
     for group in ["lg-0", "lg-1"] {
         let line = stdout
@@ -155,22 +156,16 @@ fn transactional_producers_commit_and_consumers_read_committed() {
         &["--config", config.to_str().unwrap()],
     );
     let report = dir.path().join("report");
-    let output = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
-        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
-        .args(["--topic", "lg-txn", "--partitions", "4"])
-        .args(["--rate", "10000", "--duration", "2s", "--warmup", "1s"])
-        .args(["--producers", "2", "--consumers", "2", "--acks", "all"])
-        .args(["--keys", "uniform:100", "--transaction-ms", "100"])
-        .args(["--verify", "--seed", "11"])
-        .arg("--report-dir")
-        .arg(&report)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = succeed(
+        Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+            .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+            .args(["--topic", "lg-txn", "--partitions", "4"])
+            .args(["--rate", "10000", "--duration", "2s", "--warmup", "1s"])
+            .args(["--producers", "2", "--consumers", "2", "--acks", "all"])
+            .args(["--keys", "uniform:100", "--transaction-ms", "100"])
+            .args(["--verify", "--seed", "11"])
+            .arg("--report-dir")
+            .arg(&report),
     );
     assert!(stdout.contains("verdict: clean"), "{stdout}");
     for producer in 0..2 {

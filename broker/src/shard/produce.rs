@@ -35,28 +35,34 @@ impl Shard {
     ) -> Result<ProduceOutcome, OpError> {
         let offsets_partition = (key.topic == crate::group::OFFSETS_TOPIC).then_some(key.partition);
         let marker = marker_of(&batch);
-        let outcome = self
+        let written = self
             .leader_write(key.clone(), batch, -1, timeout_ms, None, true)
-            .await?;
+            .await;
+        let (Some(partition), Some((producer_id, commit, number))) = (offsets_partition, marker)
+        else {
+            return written;
+        };
         // Offsets committed in the transaction take effect (or vanish)
-        // before the coordinator hears the marker is in. A resend repeats
-        // it: the first may have been appended with its wait failing before
-        // this point. Unless the producer has opened its next transaction
-        // here (whose offsets would be pending now), the pending offsets are
-        // the ended transaction's, and deciding them again is harmless.
-        let next_open = outcome.duplicate
-            && offsets_partition.is_some()
-            && marker.is_some_and(|(producer_id, _)| {
-                self.leader_replica(&key).is_ok_and(|(replica, _)| {
-                    replica
-                        .log
-                        .producer_entry(producer_id)
-                        .is_some_and(|e| e.txn_first_offset.is_some())
-                })
-            });
-        if let (Some(partition), Some((producer_id, commit)), false) =
-            (offsets_partition, marker, next_open)
-        {
+        // before the coordinator hears the marker is in; a resend (answered
+        // as the marker already here) decides nothing again. A marker that
+        // was appended but whose replication wait failed decides them too:
+        // the transaction's outcome is fixed, and the resend that follows
+        // finds the marker here. Until then the producer cannot begin its
+        // next transaction, so the pending offsets are this one's.
+        let appended = match &written {
+            Ok(outcome) => !outcome.duplicate,
+            Err(_) => {
+                number > 0
+                    && self.leader_replica(&key).is_ok_and(|(replica, _)| {
+                        replica
+                            .log
+                            .producer_entry(producer_id)
+                            .and_then(|e| e.last_marker)
+                            .is_some_and(|last| last.transaction_number == number)
+                    })
+            }
+        };
+        if appended {
             self.hosted_marker::<crate::group::coordinator::GroupCoordinator>(
                 partition,
                 producer_id,
@@ -64,7 +70,7 @@ impl Shard {
             )
             .await;
         }
-        Ok(outcome)
+        written
     }
 
     /// `produce_local`, refused unless this shard leads at `expected_epoch`
@@ -307,13 +313,15 @@ impl Shard {
     }
 }
 
-/// The producer and decision of a marker batch, if it is one.
-fn marker_of(batch: &[u8]) -> Option<(protocol::ProducerId, bool)> {
+/// The producer, decision and transaction number of a marker batch, if it
+/// is one.
+fn marker_of(batch: &[u8]) -> Option<(protocol::ProducerId, bool, i64)> {
     let parsed =
         protocol::RecordBatch::parse(batch, crate::log::config::STORED_BATCH_BYTES_MAX).ok()?;
     let marker = protocol::record_batch::marker::parse_marker(&parsed).ok()?;
     Some((
         parsed.header().producer_id,
         marker.kind == protocol::record_batch::marker::MarkerKind::Commit,
+        marker.transaction_number,
     ))
 }
