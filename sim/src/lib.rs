@@ -12,6 +12,10 @@
 //! replication state machine (`ReplicaCore`). Only the order in which the
 //! shard drives them is mirrored here (`broker`), and Raft is one
 //! linearizable copy.
+//!
+//! The storage simulation (`storage`) goes further down: the broker's
+//! `PartitionLog` itself runs as async tasks on the runtime's deterministic
+//! executor and simulated disk, through kill -9 and power losses.
 
 pub mod broker;
 pub mod checker;
@@ -20,6 +24,7 @@ pub mod controller;
 pub mod disk;
 pub mod msg;
 pub mod rng;
+pub mod storage;
 pub mod world;
 
 pub use world::{Failure, Options, Report};

@@ -1,6 +1,8 @@
 //! `ringlog-sim`: runs seeds of the deterministic simulator. A range of
 //! seeds for soak testing (`--seeds N --first S`), or one seed with its full
-//! trace to replay a failure (`--seed S --trace`).
+//! trace to replay a failure (`--seed S --trace`). `--storage` runs the
+//! storage simulation (the real partition log on the deterministic runtime)
+//! instead of the cluster one.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +39,10 @@ struct Args {
     /// Stop at the first failing seed.
     #[arg(long)]
     fail_fast: bool,
+    /// Run the storage simulation: the broker's partition log on the
+    /// deterministic runtime, through kill -9 and power losses.
+    #[arg(long)]
+    storage: bool,
 }
 
 fn main() -> ExitCode {
@@ -61,6 +67,9 @@ fn main() -> ExitCode {
         eprintln!("seed {seed} panicked; replay: cargo run --release -p sim --bin ringlog-sim -- --seed {seed} --trace");
         default_hook(info);
     }));
+    if args.storage {
+        return run_storage(&args, seeds);
+    }
     let started = Instant::now();
     let (mut passed, mut failed) = (0u64, Vec::new());
     let (mut acked_all, mut committed, mut events) = (0u64, 0u64, 0u64);
@@ -89,6 +98,55 @@ fn main() -> ExitCode {
         "{passed} seeds passed, {} failed {:?}; {acked_all} acks=all records acknowledged, {committed} committed, {events} events in {:.1} s",
         failed.len(),
         failed,
+        started.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn run_storage(args: &Args, seeds: Vec<u64>) -> ExitCode {
+    let options = sim::storage::StorageOptions {
+        trace: args.trace,
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let (mut passed, mut failed) = (0u64, Vec::new());
+    let mut total = sim::storage::StorageReport::default();
+    for seed in seeds {
+        CURRENT_SEED.store(seed, Ordering::Relaxed);
+        match sim::storage::run(seed, &options) {
+            Ok(report) => {
+                passed += 1;
+                total.acked_batches += report.acked_batches;
+                total.power_losses += report.power_losses;
+                total.writes_torn += report.writes_torn;
+                total.truncations += report.truncations;
+                total.records_checked += report.records_checked;
+                if args.seed.is_some() {
+                    println!("{report:?}");
+                }
+            }
+            Err(failure) => {
+                eprintln!("{failure}");
+                failed.push(seed);
+                if args.fail_fast {
+                    break;
+                }
+            }
+        }
+    }
+    println!(
+        "storage: {passed} seeds passed, {} failed {:?}; {} batches acknowledged, {} power losses ({} writes torn), {} truncations, {} recovered records checked in {:.1} s",
+        failed.len(),
+        failed,
+        total.acked_batches,
+        total.power_losses,
+        total.writes_torn,
+        total.truncations,
+        total.records_checked,
         started.elapsed().as_secs_f64()
     );
     if failed.is_empty() {

@@ -9,6 +9,8 @@ use std::rc::Rc;
 
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions, ReadResult};
 
+use super::sim::{self, SimFile};
+
 /// A file opened for direct I/O. Cheap to clone: clones share one descriptor.
 ///
 /// It also remembers the lowest position written (or truncated) since its
@@ -16,8 +18,16 @@ use glommio::io::{DmaBuffer, DmaFile, OpenOptions, ReadResult};
 /// recovery point, that the bytes the point vouches for were really synced.
 #[derive(Clone, Debug)]
 pub struct DirectFile {
-    inner: Rc<DmaFile>,
+    inner: Backend,
     unsynced_from: Rc<std::cell::Cell<Option<u64>>>,
+}
+
+/// Where the bytes go: io_uring on a shard, the simulated disk under a
+/// simulation (`runtime::sim`).
+#[derive(Clone, Debug)]
+enum Backend {
+    Dma(Rc<DmaFile>),
+    Sim(SimFile),
 }
 
 thread_local! {
@@ -61,6 +71,9 @@ async fn probe_device(path: &Path) -> io::Result<()> {
 impl DirectFile {
     /// Creates `path`, failing if it exists: a segment file is never silently replaced.
     pub async fn create_new(path: &Path) -> io::Result<DirectFile> {
+        if sim::is_active() {
+            return Ok(DirectFile::wrap_sim(SimFile::open(path, true, true).await?));
+        }
         probe_device(path).await?;
         let file = OpenOptions::new()
             .read(true)
@@ -72,6 +85,11 @@ impl DirectFile {
     }
 
     pub async fn open_read_write(path: &Path) -> io::Result<DirectFile> {
+        if sim::is_active() {
+            return Ok(DirectFile::wrap_sim(
+                SimFile::open(path, true, false).await?,
+            ));
+        }
         probe_device(path).await?;
         let file = OpenOptions::new()
             .read(true)
@@ -82,6 +100,11 @@ impl DirectFile {
     }
 
     pub async fn open_read(path: &Path) -> io::Result<DirectFile> {
+        if sim::is_active() {
+            return Ok(DirectFile::wrap_sim(
+                SimFile::open(path, false, false).await?,
+            ));
+        }
         probe_device(path).await?;
         let file = OpenOptions::new().read(true).dma_open(path).await?;
         DirectFile::wrap(file)
@@ -96,9 +119,16 @@ impl DirectFile {
             )));
         }
         Ok(DirectFile {
-            inner: Rc::new(file),
+            inner: Backend::Dma(Rc::new(file)),
             unsynced_from: Rc::default(),
         })
+    }
+
+    fn wrap_sim(file: SimFile) -> DirectFile {
+        DirectFile {
+            inner: Backend::Sim(file),
+            unsynced_from: Rc::default(),
+        }
     }
 
     fn mark_unsynced(&self, position: u64) {
@@ -122,7 +152,10 @@ impl DirectFile {
     }
 
     pub fn alignment(&self) -> u64 {
-        self.inner.alignment()
+        match &self.inner {
+            Backend::Dma(file) => file.alignment(),
+            Backend::Sim(_) => DIRECT_IO_ALIGNMENT_BYTES,
+        }
     }
 
     /// Writes the whole buffer at `position`; both must be aligned. The buffer
@@ -140,7 +173,19 @@ impl DirectFile {
             "aligned write length"
         );
         self.mark_unsynced(position);
-        let written = self.inner.write_rc_at(buffer.inner.clone(), position).await;
+        let written = match (&self.inner, &buffer.inner) {
+            (Backend::Dma(file), SharedInner::Dma(dma)) => {
+                file.write_rc_at(dma.clone(), position).await
+            }
+            (Backend::Sim(file), _) => file
+                .write_at(buffer, position)
+                .await
+                .map(|()| len)
+                .map_err(Into::into),
+            (Backend::Dma(_), SharedInner::Heap(_)) => {
+                unreachable!("heap buffers exist only under a simulation")
+            }
+        };
         // Marked again on completion: a sync that began while the write was
         // in flight may not cover it.
         self.mark_unsynced(position);
@@ -156,35 +201,53 @@ impl DirectFile {
 
     /// Reads up to `len` bytes at `position`; fewer at the end of the file.
     pub async fn read_at(&self, position: u64, len: usize) -> io::Result<ReadBytes> {
-        let result = self.inner.read_at(position, len).await?;
-        Ok(ReadBytes { inner: result })
+        match &self.inner {
+            Backend::Dma(file) => Ok(ReadBytes {
+                inner: ReadInner::Dma(file.read_at(position, len).await?),
+            }),
+            Backend::Sim(file) => Ok(ReadBytes {
+                inner: ReadInner::Heap(file.read_at(position, len).await?),
+            }),
+        }
     }
 
     pub async fn fdatasync(&self) -> io::Result<()> {
         let pending = self.unsynced_from.take();
-        if let Err(e) = self.inner.fdatasync().await {
+        let synced = match &self.inner {
+            Backend::Dma(file) => file.fdatasync().await.map_err(io::Error::from),
+            Backend::Sim(file) => file.fdatasync().await,
+        };
+        if let Err(e) = synced {
             if let Some(from) = pending {
                 self.mark_unsynced(from);
             }
-            return Err(e.into());
+            return Err(e);
         }
         Ok(())
     }
 
     pub async fn truncate(&self, size_bytes: u64) -> io::Result<()> {
         self.mark_unsynced(size_bytes);
-        self.inner.truncate(size_bytes).await?;
+        match &self.inner {
+            Backend::Dma(file) => file.truncate(size_bytes).await?,
+            Backend::Sim(file) => file.truncate(size_bytes).await?,
+        }
         Ok(())
     }
 
     pub async fn size_bytes(&self) -> io::Result<u64> {
-        Ok(self.inner.file_size().await?)
+        match &self.inner {
+            Backend::Dma(file) => Ok(file.file_size().await?),
+            Backend::Sim(file) => file.size_bytes(),
+        }
     }
 
     /// Allocates disk blocks ahead of appends without changing the file size, so
     /// later writes do not allocate extents on the hot path.
     pub async fn preallocate(&self, size_bytes: u64) -> io::Result<()> {
-        self.inner.pre_allocate(size_bytes, true).await?;
+        if let Backend::Dma(file) = &self.inner {
+            file.pre_allocate(size_bytes, true).await?;
+        }
         Ok(())
     }
 }
@@ -197,7 +260,15 @@ pub const DIRECT_IO_ALIGNMENT_BYTES: u64 = 4096;
 /// Memory aligned for direct I/O, owned and writable.
 #[derive(Debug)]
 pub struct AlignedBuffer {
-    inner: DmaBuffer,
+    inner: BufferInner,
+}
+
+/// io_uring's registered memory on a shard; plain heap memory under a
+/// simulation, whose files are not opened for direct I/O.
+#[derive(Debug)]
+enum BufferInner {
+    Dma(DmaBuffer),
+    Heap(Vec<u8>),
 }
 
 impl AlignedBuffer {
@@ -209,53 +280,89 @@ impl AlignedBuffer {
             0,
             "aligned size"
         );
+        if sim::is_active() {
+            return AlignedBuffer {
+                inner: BufferInner::Heap(vec![0; size_bytes]),
+            };
+        }
         AlignedBuffer {
-            inner: glommio::allocate_dma_buffer(size_bytes),
+            inner: BufferInner::Dma(glommio::allocate_dma_buffer(size_bytes)),
         }
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.inner.as_bytes_mut()
+        match &mut self.inner {
+            BufferInner::Dma(buffer) => buffer.as_bytes_mut(),
+            BufferInner::Heap(buffer) => buffer,
+        }
     }
 
     /// Shortens the buffer to `size_bytes` and freezes it for sharing with writes.
-    pub fn seal(mut self, size_bytes: usize) -> SharedBuffer {
-        self.inner.trim_to_size(size_bytes);
-        SharedBuffer {
-            inner: Rc::new(self.inner),
-        }
+    pub fn seal(self, size_bytes: usize) -> SharedBuffer {
+        let inner = match self.inner {
+            BufferInner::Dma(mut buffer) => {
+                buffer.trim_to_size(size_bytes);
+                SharedInner::Dma(Rc::new(buffer))
+            }
+            BufferInner::Heap(mut buffer) => {
+                buffer.truncate(size_bytes);
+                SharedInner::Heap(Rc::new(buffer))
+            }
+        };
+        SharedBuffer { inner }
     }
 }
 
 impl Deref for AlignedBuffer {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.inner.as_bytes()
+        match &self.inner {
+            BufferInner::Dma(buffer) => buffer.as_bytes(),
+            BufferInner::Heap(buffer) => buffer,
+        }
     }
 }
 
 /// A frozen aligned buffer shared between an in-flight write and readers.
 #[derive(Clone, Debug)]
 pub struct SharedBuffer {
-    inner: Rc<DmaBuffer>,
+    inner: SharedInner,
+}
+
+#[derive(Clone, Debug)]
+enum SharedInner {
+    Dma(Rc<DmaBuffer>),
+    Heap(Rc<Vec<u8>>),
 }
 
 impl Deref for SharedBuffer {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.inner.as_bytes()
+        match &self.inner {
+            SharedInner::Dma(buffer) => buffer.as_bytes(),
+            SharedInner::Heap(buffer) => buffer,
+        }
     }
 }
 
 /// Bytes read from a direct-I/O file, borrowed from the read's aligned buffer.
 #[derive(Debug)]
 pub struct ReadBytes {
-    inner: ReadResult,
+    inner: ReadInner,
+}
+
+#[derive(Debug)]
+enum ReadInner {
+    Dma(ReadResult),
+    Heap(Vec<u8>),
 }
 
 impl Deref for ReadBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.inner
+        match &self.inner {
+            ReadInner::Dma(bytes) => bytes,
+            ReadInner::Heap(bytes) => bytes,
+        }
     }
 }

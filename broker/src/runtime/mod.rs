@@ -1,6 +1,8 @@
 //! The only module that names glommio. Everything else in the broker reaches the
 //! executor, direct-I/O files and task-level synchronisation through the types
-//! here, so the runtime stays swappable and the rest stays testable.
+//! here, so the runtime stays swappable and the rest stays testable: while a
+//! simulation runs on the thread (`sim`), the same functions and files turn
+//! to its deterministic executor and simulated disk.
 
 pub mod file;
 pub mod gate;
@@ -9,6 +11,7 @@ pub mod nudge;
 pub mod oneshot;
 pub mod peer;
 pub mod shards;
+pub mod sim;
 pub mod watermark;
 
 pub use file::{AlignedBuffer, DirectFile, ReadBytes, SharedBuffer, DIRECT_IO_ALIGNMENT_BYTES};
@@ -36,10 +39,15 @@ pub fn run_local<T>(future: impl Future<Output = T>) -> T {
 
 /// Runs `future` as a task of the current executor, in the task queue of the
 /// task that spawns it; awaiting the handle yields its output. Dropping the
-/// handle detaches the task.
+/// handle cancels the task (at its next await point); `detach` lets it run on.
 pub fn spawn<T: 'static>(future: impl Future<Output = T> + 'static) -> Task<T> {
+    if sim::is_active() {
+        return Task {
+            inner: TaskInner::Sim(sim::spawn(future)),
+        };
+    }
     Task {
-        inner: glommio::spawn_local(future),
+        inner: TaskInner::Glommio(glommio::spawn_local(future)),
     }
 }
 
@@ -132,27 +140,47 @@ pub fn spawn_in<T: 'static>(
     class: TaskClass,
     future: impl Future<Output = T> + 'static,
 ) -> Task<T> {
+    if sim::is_active() {
+        // One queue: the simulation's seed, not shares, orders the tasks.
+        return spawn(future);
+    }
     Task {
-        inner: glommio::spawn_local_into(future, task_queue(class))
-            .expect("the class's task queue belongs to this executor"),
+        inner: TaskInner::Glommio(
+            glommio::spawn_local_into(future, task_queue(class))
+                .expect("the class's task queue belongs to this executor"),
+        ),
     }
 }
 
 /// A spawned task's handle.
 #[derive(Debug)]
 pub struct Task<T> {
-    inner: glommio::Task<T>,
+    inner: TaskInner<T>,
+}
+
+#[derive(Debug)]
+enum TaskInner<T> {
+    Glommio(glommio::Task<T>),
+    Sim(sim::SimTask<T>),
 }
 
 impl<T> Task<T> {
     /// Lets the task run on without anyone awaiting it.
     pub fn detach(self) {
-        self.inner.detach();
+        match self.inner {
+            TaskInner::Glommio(task) => {
+                task.detach();
+            }
+            TaskInner::Sim(task) => task.detach(),
+        }
     }
 
     /// Stops the task at its next await point; its output, if it finished.
     pub async fn cancel(self) -> Option<T> {
-        self.inner.cancel().await
+        match self.inner {
+            TaskInner::Glommio(task) => task.cancel().await,
+            TaskInner::Sim(task) => task.cancel(),
+        }
     }
 }
 
@@ -162,7 +190,10 @@ impl<T> Future for Task<T> {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<T> {
-        std::pin::Pin::new(&mut self.inner).poll(cx)
+        match &mut self.inner {
+            TaskInner::Glommio(task) => std::pin::Pin::new(task).poll(cx),
+            TaskInner::Sim(task) => std::pin::Pin::new(task).poll(cx),
+        }
     }
 }
 
@@ -174,23 +205,34 @@ where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
+    if sim::is_active() {
+        // Inline, so the simulation stays one thread and one order.
+        sim::yield_now().await;
+        return work();
+    }
     glommio::executor().spawn_blocking(work).await
 }
 
 /// Sleeps on the current executor's timer.
 pub async fn sleep(duration: Duration) {
+    if sim::is_active() {
+        return sim::sleep(duration).await;
+    }
     glommio::timer::sleep(duration).await;
 }
 
 /// Yields to other tasks on this executor, so long loops do not starve them.
 pub async fn yield_now() {
+    if sim::is_active() {
+        return sim::yield_now().await;
+    }
     glommio::yield_if_needed().await;
 }
 
 /// Runs `future` until it completes or `timeout` passes; `None` on timeout.
 pub async fn timeout<T>(timeout: Duration, future: impl Future<Output = T>) -> Option<T> {
     futures_lite::future::or(async { Some(future.await) }, async {
-        glommio::timer::sleep(timeout).await;
+        sleep(timeout).await;
         None
     })
     .await

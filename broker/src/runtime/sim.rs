@@ -1,0 +1,993 @@
+//! The runtime's deterministic stand-in for glommio. While a simulation runs on
+//! a thread, the runtime's functions (spawn, sleep, timeout, yield, blocking
+//! work) and its direct-I/O files turn here: one thread polls every task on
+//! simulated time, picks among ready tasks in an order a seed decides, and
+//! files become plain files whose writes since their last sync a simulated
+//! power loss undoes or tears. So the log's async code, and above it anything
+//! built only on the runtime, runs unchanged under a seeded simulation, where
+//! a hang is a stall the executor reports and a waker pile-up an assertion.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use crate::clock::Clock;
+
+type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
+
+/// Live clones of one task's waker beyond which the executor calls it a pile-up:
+/// glommio's task reference count is 16 bits, and a future that adds a waker per
+/// poll overflows it long before anything else notices.
+pub const WAKER_CLONES_MAX: usize = 4_096;
+
+/// Wall-clock time one poll may take before the watchdog calls it a spin: a
+/// task looping without ever awaiting anything pending never returns to the
+/// executor, so no simulated deadline can catch it (on a shard it would
+/// freeze the core the same way).
+pub const POLL_WALL_MS_MAX: u64 = 20_000;
+
+/// How a simulation is driven.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub seed: u64,
+    /// Names the run in the watchdog's message (the seed to replay).
+    pub label: String,
+    /// Wall-clock milliseconds at simulated time zero.
+    pub start_wall_ms: i64,
+    /// Each file read, write and sync takes up to this long, drawn per call.
+    pub io_latency_us_max: u64,
+}
+
+impl SimConfig {
+    pub fn new(seed: u64) -> SimConfig {
+        SimConfig {
+            seed,
+            label: format!("seed {seed}"),
+            start_wall_ms: 1_700_000_000_000,
+            io_latency_us_max: 500,
+        }
+    }
+}
+
+/// Why a simulation ended before its future finished.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimStop {
+    /// Nothing can run and no timer is pending: every task waits for
+    /// something that will never happen.
+    #[error("stalled at {now_ms} ms: {tasks} tasks wait and nothing can wake them")]
+    Stalled { now_ms: u64, tasks: usize },
+    /// Simulated time reached the run's limit (a crash point or a deadline).
+    #[error("simulated time reached {now_ms} ms with {tasks} tasks still running")]
+    TimeUp { now_ms: u64, tasks: usize },
+}
+
+struct ReadyQueue(Mutex<Vec<usize>>);
+
+struct TaskWaker {
+    id: usize,
+    queue: Arc<ReadyQueue>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.queue.0.lock().expect("one thread").push(self.id);
+    }
+}
+
+struct TaskSlot {
+    future: Option<LocalFuture>,
+    waker: Arc<TaskWaker>,
+    /// Cancelled while being polled: dropped once the poll returns.
+    cancelled: bool,
+}
+
+struct Executor {
+    /// Polls finished so far, for the watchdog thread.
+    polls: Arc<std::sync::atomic::AtomicU64>,
+    tasks: RefCell<BTreeMap<usize, TaskSlot>>,
+    next_id: Cell<usize>,
+    queue: Arc<ReadyQueue>,
+    ready: RefCell<Vec<usize>>,
+    now_ns: Cell<u64>,
+    timers: RefCell<BTreeMap<(u64, u64), Waker>>,
+    timer_seq: Cell<u64>,
+    rng: Cell<u64>,
+    config: SimConfig,
+    disk: SimDisk,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<Executor>>> = const { RefCell::new(None) };
+}
+
+fn current() -> Rc<Executor> {
+    CURRENT.with(|c| {
+        c.borrow()
+            .clone()
+            .expect("called inside a simulation (runtime::sim::run)")
+    })
+}
+
+/// Whether a simulation is running on this thread.
+pub fn is_active() -> bool {
+    CURRENT.with(|c| c.borrow().is_some())
+}
+
+/// Simulated time since the simulation started.
+pub fn now() -> Duration {
+    Duration::from_nanos(current().now_ns.get())
+}
+
+/// A number from the simulation's seeded generator, below `bound`.
+pub fn random_below(bound: u64) -> u64 {
+    current().random_below(bound)
+}
+
+impl Executor {
+    fn random_below(&self, bound: u64) -> u64 {
+        // xorshift64*: small, fast, and the same on every machine.
+        let mut x = self.rng.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.set(x);
+        if bound == 0 {
+            0
+        } else {
+            x.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound
+        }
+    }
+
+    fn spawn(&self, future: LocalFuture) -> usize {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let waker = Arc::new(TaskWaker {
+            id,
+            queue: self.queue.clone(),
+        });
+        self.tasks.borrow_mut().insert(
+            id,
+            TaskSlot {
+                future: Some(future),
+                waker,
+                cancelled: false,
+            },
+        );
+        self.ready.borrow_mut().push(id);
+        id
+    }
+
+    fn cancel(&self, id: usize) {
+        let removed = {
+            let mut tasks = self.tasks.borrow_mut();
+            match tasks.get_mut(&id) {
+                Some(slot) if slot.future.is_none() => {
+                    // Being polled right now: dropped when the poll returns.
+                    slot.cancelled = true;
+                    None
+                }
+                Some(_) => tasks.remove(&id),
+                None => None,
+            }
+        };
+        // Dropped outside the borrow: a future's drop may cancel other tasks.
+        drop(removed);
+    }
+
+    fn take_woken(&self) {
+        let woken: Vec<usize> = std::mem::take(&mut *self.queue.0.lock().expect("one thread"));
+        let mut ready = self.ready.borrow_mut();
+        for id in woken {
+            if !ready.contains(&id) {
+                ready.push(id);
+            }
+        }
+    }
+
+    /// Polls one ready task; false when none is ready.
+    fn step(&self) -> bool {
+        self.take_woken();
+        let id = {
+            let mut ready = self.ready.borrow_mut();
+            if ready.is_empty() {
+                return false;
+            }
+            let index = self.random_below(ready.len() as u64) as usize;
+            ready.swap_remove(index)
+        };
+        let taken = {
+            let mut tasks = self.tasks.borrow_mut();
+            tasks
+                .get_mut(&id)
+                .and_then(|slot| slot.future.take().map(|f| (f, slot.waker.clone())))
+        };
+        let Some((mut future, task_waker)) = taken else {
+            return true; // finished or cancelled since it was woken
+        };
+        let waker = Waker::from(task_waker.clone());
+        let done = future
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_ready();
+        drop(waker);
+        self.polls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Our own handles: the slot's, the clone taken above.
+        let clones = Arc::strong_count(&task_waker).saturating_sub(2);
+        assert!(
+            clones <= WAKER_CLONES_MAX,
+            "waker pile-up: task {id} has {clones} live waker clones after a poll"
+        );
+        {
+            let mut tasks = self.tasks.borrow_mut();
+            let slot = tasks.get_mut(&id).expect("a polled task keeps its slot");
+            if !done && !slot.cancelled {
+                slot.future = Some(future);
+                return true;
+            }
+            tasks.remove(&id);
+        }
+        // Dropped outside the borrow (its drop may touch other tasks).
+        drop(future);
+        true
+    }
+
+    /// Moves time to the earliest timer and wakes everything due then.
+    fn advance(&self) -> bool {
+        let first = self.timers.borrow().keys().next().copied();
+        let Some((due, _)) = first else {
+            return false;
+        };
+        if due > self.now_ns.get() {
+            self.now_ns.set(due);
+        }
+        loop {
+            let next = {
+                let mut timers = self.timers.borrow_mut();
+                match timers.first_key_value() {
+                    Some((&(at, seq), _)) if at <= self.now_ns.get() => timers.remove(&(at, seq)),
+                    _ => None,
+                }
+            };
+            match next {
+                Some(waker) => waker.wake(),
+                None => return true,
+            }
+        }
+    }
+}
+
+/// Runs `future` on a fresh simulated executor over `disk` until it finishes,
+/// until nothing can run (`Stalled`), or until simulated time reaches
+/// `until` (`TimeUp`). Every task still alive when it returns is dropped, as
+/// a killed process's would be; the disk keeps what was written.
+pub fn run<T: 'static>(
+    config: &SimConfig,
+    disk: &SimDisk,
+    until: Option<Duration>,
+    future: impl Future<Output = T> + 'static,
+) -> Result<T, SimStop> {
+    assert!(!is_active(), "one simulation per thread at a time");
+    let polls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let watchdog = Watchdog::start(polls.clone(), config.label.clone());
+    let executor = Rc::new(Executor {
+        polls,
+        tasks: RefCell::new(BTreeMap::new()),
+        next_id: Cell::new(0),
+        queue: Arc::new(ReadyQueue(Mutex::new(Vec::new()))),
+        ready: RefCell::new(Vec::new()),
+        now_ns: Cell::new(0),
+        timers: RefCell::new(BTreeMap::new()),
+        timer_seq: Cell::new(0),
+        rng: Cell::new(config.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
+        config: config.clone(),
+        disk: disk.clone(),
+    });
+    CURRENT.with(|c| *c.borrow_mut() = Some(executor.clone()));
+    let output: Rc<RefCell<Option<T>>> = Rc::default();
+    let slot = output.clone();
+    executor.spawn(Box::pin(async move {
+        let value = future.await;
+        *slot.borrow_mut() = Some(value);
+    }));
+    let limit_ns = until.map(|u| u.as_nanos() as u64);
+    let result = loop {
+        if let Some(value) = output.borrow_mut().take() {
+            break Ok(value);
+        }
+        if executor.step() {
+            continue;
+        }
+        let next_due = executor.timers.borrow().keys().next().map(|(at, _)| *at);
+        let tasks = executor.tasks.borrow().len();
+        match (next_due, limit_ns) {
+            (Some(due), Some(limit)) if due > limit => {
+                executor.now_ns.set(limit);
+                break Err(SimStop::TimeUp {
+                    now_ms: limit / 1_000_000,
+                    tasks,
+                });
+            }
+            (Some(_), _) => {
+                executor.advance();
+            }
+            (None, _) => {
+                break Err(SimStop::Stalled {
+                    now_ms: executor.now_ns.get() / 1_000_000,
+                    tasks,
+                });
+            }
+        }
+    };
+    // Tear down like a killed process: every task dropped (in id order, so
+    // the same seed drops them the same way), timers forgotten.
+    loop {
+        let first = executor.tasks.borrow().keys().next().copied();
+        match first {
+            Some(id) => {
+                let slot = executor.tasks.borrow_mut().remove(&id);
+                drop(slot);
+            }
+            None => break,
+        }
+    }
+    executor.timers.borrow_mut().clear();
+    CURRENT.with(|c| *c.borrow_mut() = None);
+    drop(watchdog);
+    result
+}
+
+/// Aborts the process, naming the seed, when one poll runs longer than
+/// `POLL_WALL_MS_MAX`.
+struct Watchdog {
+    stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    fn start(polls: Arc<std::sync::atomic::AtomicU64>, label: String) -> Watchdog {
+        let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let seen = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (lock, wake) = &*seen;
+            let mut last = polls.load(std::sync::atomic::Ordering::Relaxed);
+            let mut still_ms = 0;
+            let mut stopped = lock.lock().expect("watchdog lock");
+            while !*stopped {
+                let (guard, _) = wake
+                    .wait_timeout(stopped, Duration::from_millis(250))
+                    .expect("watchdog lock");
+                stopped = guard;
+                let now = polls.load(std::sync::atomic::Ordering::Relaxed);
+                if now != last {
+                    (last, still_ms) = (now, 0);
+                    continue;
+                }
+                still_ms += 250;
+                if still_ms >= POLL_WALL_MS_MAX && !*stopped {
+                    eprintln!(
+                        "runtime::sim: {label}: one poll has run for {} s without returning: a task spins without ever awaiting anything pending",
+                        still_ms / 1_000
+                    );
+                    std::process::abort();
+                }
+            }
+        });
+        Watchdog {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let (lock, wake) = &*self.stop;
+        *lock.lock().expect("watchdog lock") = true;
+        wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A spawned simulated task. Dropping it cancels the task, as glommio's does.
+pub struct SimTask<T> {
+    id: usize,
+    join: Rc<RefCell<Join<T>>>,
+    detached: bool,
+}
+
+struct Join<T> {
+    output: Option<T>,
+    finished: bool,
+    waiter: Option<Waker>,
+}
+
+impl<T> std::fmt::Debug for SimTask<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimTask").field("id", &self.id).finish()
+    }
+}
+
+pub(crate) fn spawn<T: 'static>(future: impl Future<Output = T> + 'static) -> SimTask<T> {
+    let join = Rc::new(RefCell::new(Join {
+        output: None,
+        finished: false,
+        waiter: None,
+    }));
+    let slot = join.clone();
+    let id = current().spawn(Box::pin(async move {
+        let value = future.await;
+        let waiter = {
+            let mut join = slot.borrow_mut();
+            join.output = Some(value);
+            join.finished = true;
+            join.waiter.take()
+        };
+        if let Some(waiter) = waiter {
+            waiter.wake();
+        }
+    }));
+    SimTask {
+        id,
+        join,
+        detached: false,
+    }
+}
+
+impl<T> SimTask<T> {
+    pub(crate) fn detach(mut self) {
+        self.detached = true;
+    }
+
+    pub(crate) fn cancel(mut self) -> Option<T> {
+        self.detached = true;
+        current().cancel(self.id);
+        self.join.borrow_mut().output.take()
+    }
+}
+
+impl<T> Drop for SimTask<T> {
+    fn drop(&mut self) {
+        if !self.detached {
+            if let Some(executor) = CURRENT.with(|c| c.borrow().clone()) {
+                executor.cancel(self.id);
+            }
+        }
+    }
+}
+
+impl<T> Future for SimTask<T> {
+    type Output = T;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let mut join = self.join.borrow_mut();
+        if let Some(value) = join.output.take() {
+            return Poll::Ready(value);
+        }
+        assert!(!join.finished, "a task's output is taken once");
+        match &mut join.waiter {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            waiter => *waiter = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+/// Simulated sleep: due at a point of simulated time.
+pub(crate) struct Sleep {
+    due_ns: u64,
+    key: Option<(u64, u64)>,
+}
+
+pub(crate) fn sleep(duration: Duration) -> Sleep {
+    Sleep {
+        due_ns: current().now_ns.get() + duration.as_nanos() as u64,
+        key: None,
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let executor = current();
+        if executor.now_ns.get() >= self.due_ns {
+            if let Some(key) = self.key.take() {
+                executor.timers.borrow_mut().remove(&key);
+            }
+            return Poll::Ready(());
+        }
+        let key = match self.key {
+            Some(key) => key,
+            None => {
+                let seq = executor.timer_seq.get();
+                executor.timer_seq.set(seq + 1);
+                (self.due_ns, seq)
+            }
+        };
+        self.key = Some(key);
+        executor.timers.borrow_mut().insert(key, cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            if let Some(executor) = CURRENT.with(|c| c.borrow().clone()) {
+                executor.timers.borrow_mut().remove(&key);
+            }
+        }
+    }
+}
+
+/// Gives every other ready task a chance to run first.
+pub(crate) async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Waits a drawn I/O latency.
+async fn io_delay() {
+    let executor = current();
+    let max_ns = executor.config.io_latency_us_max * 1_000;
+    let ns = executor.random_below(max_ns + 1);
+    drop(executor);
+    if ns > 0 {
+        sleep(Duration::from_nanos(ns)).await;
+    } else {
+        yield_now().await;
+    }
+}
+
+/// The simulation's clock: wall time starts at the configuration's
+/// `start_wall_ms` and may be jumped; monotonic time is simulated time.
+#[derive(Debug, Default)]
+pub struct SimClock {
+    wall_offset_ms: Cell<i64>,
+}
+
+impl SimClock {
+    pub fn new() -> SimClock {
+        SimClock::default()
+    }
+
+    /// Moves the wall clock by `delta_ms` (either way); monotonic time stays.
+    pub fn jump(&self, delta_ms: i64) {
+        self.wall_offset_ms
+            .set(self.wall_offset_ms.get() + delta_ms);
+    }
+}
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> i64 {
+        let executor = current();
+        executor.config.start_wall_ms
+            + (executor.now_ns.get() / 1_000_000) as i64
+            + self.wall_offset_ms.get()
+    }
+
+    fn monotonic(&self) -> Duration {
+        now()
+    }
+}
+
+/// One write or truncation not yet covered by a sync: what it replaced, so a
+/// power loss can take it back.
+#[derive(Debug)]
+enum Change {
+    Write {
+        position: u64,
+        bytes: Vec<u8>,
+        replaced: Vec<u8>,
+        size_before: u64,
+    },
+    Truncate {
+        size_bytes: u64,
+        cut: Vec<u8>,
+        size_before: u64,
+    },
+}
+
+#[derive(Debug)]
+struct FileState {
+    file: File,
+    /// Changes since the last sync, oldest first, each with the sequence
+    /// number it completed at.
+    unsynced: Vec<(u64, Change)>,
+}
+
+#[derive(Debug, Default)]
+struct DiskState {
+    /// By inode: every handle of one file shares what was not synced.
+    files: BTreeMap<u64, Rc<RefCell<FileState>>>,
+    sequence: u64,
+    syncs: u64,
+    writes: u64,
+}
+
+/// The simulated disk under a run: plain files in a real directory, with
+/// each file's changes since its last sync remembered so a power loss can
+/// drop them, keep them or tear them. It outlives executors, like a disk
+/// outlives a killed process. Directory operations (create, rename, unlink)
+/// and small files written through `std::fs` are not simulated: they count as
+/// durable at once.
+#[derive(Clone, Debug, Default)]
+pub struct SimDisk {
+    state: Rc<RefCell<DiskState>>,
+}
+
+/// What a power loss did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PowerLoss {
+    pub files: usize,
+    pub changes_lost: usize,
+    pub changes_kept: usize,
+    pub writes_torn: usize,
+}
+
+impl SimDisk {
+    pub fn new() -> SimDisk {
+        SimDisk::default()
+    }
+
+    /// Syncs and writes completed so far.
+    pub fn stats(&self) -> (u64, u64) {
+        let state = self.state.borrow();
+        (state.writes, state.syncs)
+    }
+
+    /// Cuts the power: every change not covered by a sync is lost, kept, or
+    /// (a write) kept up to a 512-byte sector boundary, each drawn from
+    /// `seed`. A sync covers what completed before it was issued, so what
+    /// remains is a state the real disk could be in.
+    pub fn power_loss(&self, seed: u64) -> io::Result<PowerLoss> {
+        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut draw = |bound: u64| {
+            rng ^= rng >> 12;
+            rng ^= rng << 25;
+            rng ^= rng >> 27;
+            rng.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound.max(1)
+        };
+        let mut report = PowerLoss::default();
+        let files: Vec<Rc<RefCell<FileState>>> = std::mem::take(&mut self.state.borrow_mut().files)
+            .into_values()
+            .collect();
+        for file in files {
+            let mut file = file.borrow_mut();
+            let changes = std::mem::take(&mut file.unsynced);
+            if changes.is_empty() {
+                continue;
+            }
+            report.files += 1;
+            // Back to the synced state: undo every change, newest first.
+            for (_, change) in changes.iter().rev() {
+                match change {
+                    Change::Write {
+                        position,
+                        replaced,
+                        size_before,
+                        ..
+                    } => {
+                        file.file.write_all_at(replaced, *position)?;
+                        file.file.set_len(*size_before)?;
+                    }
+                    Change::Truncate {
+                        size_bytes,
+                        cut,
+                        size_before,
+                    } => {
+                        file.file.set_len(*size_before)?;
+                        file.file.write_all_at(cut, *size_bytes)?;
+                    }
+                }
+            }
+            // Then some of them again, in order: the disk may have written
+            // any of them before the power went.
+            for (_, change) in &changes {
+                match draw(3) {
+                    0 => report.changes_lost += 1,
+                    1 => {
+                        report.changes_kept += 1;
+                        redo(&file.file, change, None)?;
+                    }
+                    _ => match change {
+                        Change::Write { bytes, .. } if bytes.len() > 512 => {
+                            report.writes_torn += 1;
+                            let sectors = bytes.len() as u64 / 512;
+                            redo(&file.file, change, Some(draw(sectors) as usize * 512))?;
+                        }
+                        _ => {
+                            report.changes_kept += 1;
+                            redo(&file.file, change, None)?;
+                        }
+                    },
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    fn register(&self, file: File) -> io::Result<Rc<RefCell<FileState>>> {
+        use std::os::unix::fs::MetadataExt;
+        let inode = file.metadata()?.ino();
+        let mut state = self.state.borrow_mut();
+        let entry = state
+            .files
+            .entry(inode)
+            .or_insert_with(|| {
+                Rc::new(RefCell::new(FileState {
+                    file,
+                    unsynced: Vec::new(),
+                }))
+            })
+            .clone();
+        Ok(entry)
+    }
+}
+
+fn redo(file: &File, change: &Change, torn_at: Option<usize>) -> io::Result<()> {
+    match change {
+        Change::Write {
+            position, bytes, ..
+        } => {
+            let bytes = &bytes[..torn_at.unwrap_or(bytes.len())];
+            file.write_all_at(bytes, *position)
+        }
+        Change::Truncate { size_bytes, .. } => file.set_len(*size_bytes),
+    }
+}
+
+/// A direct-I/O file under simulation.
+#[derive(Clone, Debug)]
+pub struct SimFile {
+    state: Rc<RefCell<FileState>>,
+    writable: bool,
+}
+
+impl SimFile {
+    pub(crate) async fn open(
+        path: &std::path::Path,
+        write: bool,
+        create_new: bool,
+    ) -> io::Result<SimFile> {
+        io_delay().await;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .create_new(create_new)
+            .open(path)?;
+        let state = current().disk.register(file)?;
+        Ok(SimFile {
+            state,
+            writable: write,
+        })
+    }
+
+    pub(crate) async fn write_at(&self, bytes: &[u8], position: u64) -> io::Result<()> {
+        assert!(self.writable, "written through a read-only handle");
+        io_delay().await;
+        let executor = current();
+        let mut disk = executor.disk.state.borrow_mut();
+        disk.sequence += 1;
+        disk.writes += 1;
+        let sequence = disk.sequence;
+        let mut state = self.state.borrow_mut();
+        let size_before = state.file.metadata()?.len();
+        let mut replaced = vec![0u8; bytes.len()];
+        let available = size_before.saturating_sub(position).min(bytes.len() as u64) as usize;
+        state
+            .file
+            .read_exact_at(&mut replaced[..available], position)?;
+        replaced.truncate(available);
+        state.file.write_all_at(bytes, position)?;
+        state.unsynced.push((
+            sequence,
+            Change::Write {
+                position,
+                bytes: bytes.to_vec(),
+                replaced,
+                size_before,
+            },
+        ));
+        Ok(())
+    }
+
+    pub(crate) async fn read_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
+        io_delay().await;
+        let state = self.state.borrow();
+        let size = state.file.metadata()?.len();
+        let available = size.saturating_sub(position).min(len as u64) as usize;
+        let mut out = vec![0u8; available];
+        state.file.read_exact_at(&mut out, position)?;
+        Ok(out)
+    }
+
+    /// Covers the changes completed before it was issued.
+    pub(crate) async fn fdatasync(&self) -> io::Result<()> {
+        let issued = current().disk.state.borrow().sequence;
+        io_delay().await;
+        let executor = current();
+        executor.disk.state.borrow_mut().syncs += 1;
+        self.state
+            .borrow_mut()
+            .unsynced
+            .retain(|(sequence, _)| *sequence > issued);
+        Ok(())
+    }
+
+    pub(crate) async fn truncate(&self, size_bytes: u64) -> io::Result<()> {
+        io_delay().await;
+        let executor = current();
+        let mut disk = executor.disk.state.borrow_mut();
+        disk.sequence += 1;
+        let sequence = disk.sequence;
+        let mut state = self.state.borrow_mut();
+        let size_before = state.file.metadata()?.len();
+        let mut cut = vec![0u8; size_before.saturating_sub(size_bytes) as usize];
+        state
+            .file
+            .read_exact_at(&mut cut, size_bytes.min(size_before))?;
+        state.file.set_len(size_bytes)?;
+        state.unsynced.push((
+            sequence,
+            Change::Truncate {
+                size_bytes,
+                cut,
+                size_before,
+            },
+        ));
+        Ok(())
+    }
+
+    pub(crate) fn size_bytes(&self) -> io::Result<u64> {
+        Ok(self.state.borrow().file.metadata()?.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_runs_the_same_way() {
+        let trace = |seed| {
+            let log = Rc::new(RefCell::new(Vec::new()));
+            let out = log.clone();
+            run(&SimConfig::new(seed), &SimDisk::new(), None, async move {
+                let tasks: Vec<_> = (0..8)
+                    .map(|i| {
+                        let log = log.clone();
+                        spawn(async move {
+                            for step in 0..3 {
+                                log.borrow_mut().push((i, step, now()));
+                                sleep(Duration::from_micros(random_below(100))).await;
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await;
+                }
+            })
+            .unwrap();
+            Rc::try_unwrap(out).unwrap().into_inner()
+        };
+        assert_eq!(trace(7), trace(7));
+        assert_ne!(trace(7), trace(8));
+    }
+
+    #[test]
+    fn a_task_waiting_for_nothing_is_a_stall() {
+        let stop = run(&SimConfig::new(1), &SimDisk::new(), None, async {
+            std::future::pending::<()>().await;
+        })
+        .unwrap_err();
+        assert!(
+            matches!(stop, SimStop::Stalled { tasks: 1, .. }),
+            "{stop:?}"
+        );
+    }
+
+    #[test]
+    fn time_runs_out_at_the_limit() {
+        let stop = run(
+            &SimConfig::new(1),
+            &SimDisk::new(),
+            Some(Duration::from_secs(2)),
+            async {
+                loop {
+                    sleep(Duration::from_millis(300)).await;
+                }
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            stop,
+            SimStop::TimeUp {
+                now_ms: 2_000,
+                tasks: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_waker_clone_per_poll_is_a_pile_up() {
+        let caught = std::panic::catch_unwind(|| {
+            run(&SimConfig::new(1), &SimDisk::new(), None, async {
+                // Keeps every waker it is polled with, as the waiter list of
+                // the old watermark did.
+                let mut kept = Vec::new();
+                std::future::poll_fn(|cx| {
+                    kept.push(cx.waker().clone());
+                    cx.waker().wake_by_ref();
+                    Poll::Pending::<()>
+                })
+                .await;
+            })
+        });
+        let message = caught.expect_err("the pile-up is caught");
+        let text = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(text.contains("waker pile-up"), "{text}");
+        CURRENT.with(|c| *c.borrow_mut() = None);
+    }
+
+    #[test]
+    fn a_power_loss_keeps_synced_writes_and_may_drop_the_rest() {
+        let dir = std::env::temp_dir().join(format!("ringlog-sim-disk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        let _ = std::fs::remove_file(&path);
+        for seed in 0..32 {
+            let _ = std::fs::remove_file(&path);
+            let disk = SimDisk::new();
+            let p = path.clone();
+            run(&SimConfig::new(seed), &disk, None, async move {
+                let file = SimFile::open(&p, true, true).await.unwrap();
+                file.write_at(&[1u8; 4096], 0).await.unwrap();
+                file.fdatasync().await.unwrap();
+                file.write_at(&[2u8; 4096], 4096).await.unwrap();
+                file.write_at(&[3u8; 4096], 0).await.unwrap();
+            })
+            .unwrap();
+            disk.power_loss(seed).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            // The synced page is there, as written or as overwritten later.
+            assert!(bytes.len() >= 4096, "seed {seed}");
+            assert!(
+                bytes[..4096].iter().all(|&b| b == 1 || b == 3),
+                "seed {seed}"
+            );
+            if bytes.len() > 4096 {
+                assert!(
+                    bytes[4096..].iter().all(|&b| b == 2 || b == 0),
+                    "seed {seed}"
+                );
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,614 @@
+//! The storage simulation: the broker's own `PartitionLog`, unchanged, on the
+//! runtime's deterministic executor and simulated disk (`runtime::sim`).
+//! Appenders, the maintenance loop, readers and a demoting replication layer
+//! (truncations) run as concurrent tasks whose order a seed decides, through
+//! several lives of one partition directory: each life ends in a kill -9 at a
+//! drawn moment (every task dropped mid-flight) and, under
+//! `flush.policy=always`, often in a power loss that drops or tears every
+//! write not covered by a sync. The checker looks after every life: each
+//! acknowledged record is back with its own bytes, nothing served differs
+//! from what was written at that offset, every acknowledgement wait ended
+//! (answered or refused) within its deadline, and at the very end `verify-log`
+//! finds the directory clean.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use broker::clock::Clock;
+use broker::log::verify::{verify_partition_dir, VerifyOptions};
+use broker::log::{FlushPolicy, LogConfig, PartitionLog};
+use broker::runtime::{self, sim};
+use protocol::{BatchBuilder, Compression, LeaderEpoch, Offset, Record, RecordBatch};
+
+/// How long an acknowledgement wait may take in simulated time before the
+/// checker calls it hung (the log answers or refuses far sooner).
+pub const ACK_WAIT_MS_MAX: u64 = 5_000;
+
+#[derive(Clone, Debug)]
+pub struct StorageOptions {
+    pub lives: u32,
+    pub appenders: u32,
+    /// Each life is killed at a drawn moment up to this long.
+    pub life_ms_max: u64,
+    pub trace: bool,
+    /// Cut the power under every flush policy, not only `always`: acks that
+    /// wait only for the write must then be lost, which shows the checker
+    /// sees losses (a self-test, never a product setting).
+    pub power_loss_under_any_policy: bool,
+}
+
+impl Default for StorageOptions {
+    fn default() -> StorageOptions {
+        StorageOptions {
+            lives: 6,
+            appenders: 3,
+            life_ms_max: 400,
+            trace: false,
+            power_loss_under_any_policy: false,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StorageReport {
+    pub appended_batches: u64,
+    pub acked_batches: u64,
+    pub truncations: u64,
+    pub power_losses: u64,
+    pub writes_torn: u64,
+    pub changes_lost: u64,
+    pub records_checked: u64,
+}
+
+#[derive(Debug)]
+pub struct StorageFailure {
+    pub seed: u64,
+    pub violation: String,
+    pub trace: Vec<String>,
+}
+
+impl std::fmt::Display for StorageFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "storage seed {} failed: {}", self.seed, self.violation)?;
+        let from = self.trace.len().saturating_sub(60);
+        for line in &self.trace[from..] {
+            writeln!(f, "  {line}")?;
+        }
+        write!(
+            f,
+            "replay: cargo run --release -p sim --bin ringlog-sim -- --storage --seed {} --trace",
+            self.seed
+        )
+    }
+}
+
+/// One appended batch: which writer's which batch, and how many records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Written {
+    tag: u64,
+    count: usize,
+}
+
+/// What the checker knows across lives.
+#[derive(Debug, Default)]
+struct Model {
+    /// Every batch the log took, by its unique tag: where it went.
+    appended: std::collections::HashMap<u64, (i64, usize)>,
+    /// Batches acknowledged and never cut by a truncation since, by base.
+    acked: BTreeMap<i64, Written>,
+    /// Truncation points in the order they were asked for; an append
+    /// remembers how many it saw.
+    cuts: Vec<i64>,
+    /// A truncation is under way: an append that starts now cannot know
+    /// whether the cut lands below it.
+    truncating: bool,
+    violations: Vec<String>,
+    trace: Vec<String>,
+    /// Print each trace line as it happens (`--trace`).
+    print: bool,
+    report: StorageReport,
+}
+
+impl Model {
+    fn note(&mut self, line: String) {
+        if self.print {
+            let at_ms = if sim::is_active() {
+                sim::now().as_secs_f64() * 1e3
+            } else {
+                0.0
+            };
+            println!("{at_ms:>9.3} ms  {line}");
+        }
+        self.trace.push(line);
+    }
+
+    /// The lowest cut asked for after the first `seen` cuts.
+    fn lowest_cut_since(&self, seen: usize) -> Option<i64> {
+        self.cuts[seen..].iter().copied().min()
+    }
+
+    /// Whether `found` at `base` is a batch that was appended there.
+    fn check_written(&self, base: i64, found: Written) -> Result<(), String> {
+        match self.appended.get(&found.tag) {
+            Some(&(at, count)) if at == base && count == found.count => Ok(()),
+            other => Err(format!(
+                "batch {found:?} found at {base}, but it was written as {other:?} (base, records)"
+            )),
+        }
+    }
+}
+
+fn config(seed: u64) -> LogConfig {
+    let flush_policy = match seed % 3 {
+        0 => FlushPolicy::IntervalMs(20),
+        1 => FlushPolicy::None,
+        _ => FlushPolicy::Always,
+    };
+    LogConfig {
+        segment_size_bytes: 16 * 1024,
+        index_interval_bytes: 512,
+        write_chunk_bytes: 4096,
+        unwritten_bytes_max: (1 << 20) + 4096,
+        batch_bytes_max: 1 << 20,
+        retention_ms: None,
+        flush_policy,
+        ..LogConfig::default()
+    }
+}
+
+fn batch(tag: u64, count: usize, timestamp_ms: i64, value_bytes: usize) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(if tag.is_multiple_of(2) {
+        Compression::None
+    } else {
+        Compression::Zstd
+    });
+    for i in 0..count {
+        let mut value = format!("{tag}:{i}:").into_bytes();
+        value.resize(value_bytes.max(value.len()), b'x');
+        builder.push(&Record {
+            timestamp_ms: timestamp_ms + i as i64,
+            key: Some(b"key"),
+            value: Some(&value),
+            headers: &[],
+        });
+    }
+    builder.build().expect("batch builds")
+}
+
+/// Base offset and tag of every batch in `bytes`, checking that each record
+/// names its batch's tag and index.
+fn decode(bytes: &[u8]) -> Result<Vec<(i64, Written)>, String> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (batch, used) =
+            RecordBatch::parse_prefix(rest, 1 << 24).map_err(|e| format!("served batch: {e}"))?;
+        let section = batch
+            .records_section(1 << 26)
+            .map_err(|e| format!("records: {e}"))?;
+        let mut tag = None;
+        let mut count = 0;
+        for (i, record) in section.iter().enumerate() {
+            let record = record.map_err(|e| format!("record: {e}"))?;
+            let value = String::from_utf8_lossy(record.value.unwrap_or_default()).into_owned();
+            let mut parts = value.splitn(3, ':');
+            let t: u64 = parts
+                .next()
+                .and_then(|p| p.parse().ok())
+                .ok_or(format!("record value {value:?}"))?;
+            let index: usize = parts
+                .next()
+                .and_then(|p| p.parse().ok())
+                .ok_or(format!("record value {value:?}"))?;
+            if *tag.get_or_insert(t) != t || index != i {
+                return Err(format!("batch mixes records: {value:?} at index {i}"));
+            }
+            count += 1;
+        }
+        out.push((
+            batch.header().base_offset.0,
+            Written {
+                tag: tag.unwrap_or(u64::MAX),
+                count,
+            },
+        ));
+        rest = &rest[used..];
+    }
+    Ok(out)
+}
+
+/// Runs one seed of the storage simulation.
+pub fn run(seed: u64, options: &StorageOptions) -> Result<StorageReport, StorageFailure> {
+    let dir =
+        std::env::temp_dir().join(format!("ringlog-sim-storage-{}-{seed}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let result = run_in(seed, options, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn run_in(
+    seed: u64,
+    options: &StorageOptions,
+    root: &Path,
+) -> Result<StorageReport, StorageFailure> {
+    let model = Rc::new(RefCell::new(Model {
+        print: options.trace,
+        ..Model::default()
+    }));
+    let disk = sim::SimDisk::new();
+    let dir = root.join("sim-0");
+    let policy = config(seed).flush_policy;
+    let fail = |model: &Rc<RefCell<Model>>, violation: String| {
+        let model = model.borrow();
+        StorageFailure {
+            seed,
+            violation,
+            trace: model.trace.clone(),
+        }
+    };
+    let trace = |model: &Rc<RefCell<Model>>, line: String| model.borrow_mut().note(line);
+    trace(&model, format!("seed {seed}: flush policy {policy:?}"));
+    for life in 0..options.lives {
+        let life_seed = seed.wrapping_mul(1_000_003).wrapping_add(life as u64);
+        let sim_config = sim::SimConfig {
+            label: format!("storage seed {seed}, life {life}"),
+            ..sim::SimConfig::new(life_seed)
+        };
+        let last = life + 1 == options.lives;
+        let length_ms = 50 + life_seed % options.life_ms_max.max(1);
+        let (m, d, o) = (model.clone(), dir.clone(), options.clone());
+        let outcome = sim::run(
+            &sim_config,
+            &disk,
+            Some(Duration::from_millis(if last { 60_000 } else { length_ms })),
+            async move { one_life(seed, life_seed, d, m, o, last).await },
+        );
+        match outcome {
+            Ok(()) => trace(&model, format!("life {life}: closed cleanly")),
+            Err(sim::SimStop::TimeUp { now_ms, tasks }) if !last => trace(
+                &model,
+                format!("life {life}: killed at {now_ms} ms with {tasks} tasks running"),
+            ),
+            Err(stop) => {
+                return Err(fail(&model, format!("life {life}: {stop}")));
+            }
+        }
+        if let Some(violation) = model.borrow().violations.first() {
+            return Err(fail(&model, violation.clone()));
+        }
+        let power_may_fail =
+            matches!(policy, FlushPolicy::Always) || options.power_loss_under_any_policy;
+        if !last && power_may_fail && life_seed.is_multiple_of(2) {
+            let loss = disk.power_loss(life_seed).expect("power loss applies");
+            let mut m = model.borrow_mut();
+            m.report.power_losses += 1;
+            m.report.writes_torn += loss.writes_torn as u64;
+            m.report.changes_lost += loss.changes_lost as u64;
+            drop(m);
+            trace(&model, format!("life {life}: power loss {loss:?}"));
+        }
+    }
+    // The files themselves, after the last clean close.
+    let report = runtime::run_local(verify_partition_dir(
+        &dir,
+        VerifyOptions::default(),
+        &mut std::io::sink(),
+    ))
+    .expect("verify runs");
+    if let Some(problem) = report.first_problem() {
+        return Err(fail(&model, format!("verify-log: {problem:?}")));
+    }
+    let report = model.borrow().report.clone();
+    Ok(report)
+}
+
+/// One life: open (recovering), check what came back, then run the workload
+/// until killed; the last life instead stops the workload and closes.
+async fn one_life(
+    seed: u64,
+    life_seed: u64,
+    dir: PathBuf,
+    model: Rc<RefCell<Model>>,
+    options: StorageOptions,
+    last: bool,
+) {
+    let clock = Rc::new(sim::SimClock::new());
+    let log = match PartitionLog::open(&dir, config(seed), clock.clone()).await {
+        Ok(log) => log,
+        Err(e) => {
+            model
+                .borrow_mut()
+                .violations
+                .push(format!("recovery failed: {e}"));
+            return;
+        }
+    };
+    // A truncation the kill interrupted is over either way.
+    model.borrow_mut().truncating = false;
+    check_recovered(&log, &model).await;
+    if !model.borrow().violations.is_empty() {
+        return;
+    }
+    // Set to end the workload of the last life: each loop stops between two
+    // operations. The log's truncation is not cancel-safe (a cut dropped
+    // halfway leaves its watermarks above its end), and the shard never
+    // cancels one, so neither does a clean stop here; a kill drops them all.
+    let stop = Rc::new(std::cell::Cell::new(false));
+    let mut tasks = Vec::new();
+    for writer in 0..options.appenders {
+        tasks.push(runtime::spawn(appender(
+            life_seed,
+            writer,
+            log.clone(),
+            model.clone(),
+            clock.clone(),
+            stop.clone(),
+        )));
+    }
+    {
+        let (log, stop) = (log.clone(), stop.clone());
+        tasks.push(runtime::spawn(async move {
+            while !stop.get() {
+                let _ = log.maintain().await;
+                runtime::sleep(Duration::from_millis(1 + sim::random_below(8))).await;
+            }
+        }));
+    }
+    tasks.push(runtime::spawn(reader(
+        log.clone(),
+        model.clone(),
+        stop.clone(),
+    )));
+    tasks.push(runtime::spawn(demoter(
+        log.clone(),
+        model.clone(),
+        stop.clone(),
+    )));
+    if last {
+        // A short workload, then a clean close and one more recovery.
+        runtime::sleep(Duration::from_millis(300)).await;
+        stop.set(true);
+        for task in tasks {
+            task.await;
+        }
+        if let Err(e) = log.close().await {
+            model.borrow_mut().violations.push(format!("close: {e}"));
+            return;
+        }
+        drop(log);
+        let log = match PartitionLog::open(&dir, config(seed), clock.clone()).await {
+            Ok(log) => log,
+            Err(e) => {
+                model
+                    .borrow_mut()
+                    .violations
+                    .push(format!("reopen after close: {e}"));
+                return;
+            }
+        };
+        check_recovered(&log, &model).await;
+        let _ = log.close().await;
+    } else {
+        // Runs until the simulation kills it.
+        std::future::pending::<()>().await;
+        drop(tasks);
+    }
+}
+
+/// Reads the recovered log from its start: every acknowledged batch must be
+/// there with its own records; anything else must be a batch written at
+/// that offset.
+async fn check_recovered(log: &PartitionLog, model: &Rc<RefCell<Model>>) {
+    let end = log.log_end_offset();
+    let mut seen = BTreeMap::new();
+    let mut next = log.log_start_offset();
+    while next < end {
+        match log.read(next, 64 * 1024, end).await {
+            Ok(fetched) if fetched.batch_count > 0 => match decode(&fetched.bytes) {
+                Ok(batches) => {
+                    seen.extend(batches);
+                    next = fetched.next_offset;
+                }
+                Err(e) => {
+                    model
+                        .borrow_mut()
+                        .violations
+                        .push(format!("recovered log at {next}: {e}"));
+                    return;
+                }
+            },
+            Ok(_) => {
+                model.borrow_mut().violations.push(format!(
+                    "recovered log makes no progress at {next} (end {end})"
+                ));
+                return;
+            }
+            Err(e) => {
+                model
+                    .borrow_mut()
+                    .violations
+                    .push(format!("read at {next}: {e}"));
+                return;
+            }
+        }
+    }
+    let mut m = model.borrow_mut();
+    m.report.records_checked += seen.values().map(|w| w.count as u64).sum::<u64>();
+    let mut violations = Vec::new();
+    for (base, written) in &m.acked {
+        match seen.get(base) {
+            Some(found) if found == written => {}
+            other => violations.push(format!(
+                "acknowledged batch {written:?} at {base} lost after recovery (found {other:?}, log end {end})"
+            )),
+        }
+    }
+    for (base, found) in &seen {
+        if let Err(e) = m.check_written(*base, *found) {
+            violations.push(format!("after recovery: {e}"));
+        }
+    }
+    let line = format!(
+        "recovered: log end {end}, {} batches, {} acknowledged, {} segments, last at {:?}",
+        seen.len(),
+        m.acked.len(),
+        log.segment_count(),
+        log.segment_bases().last()
+    );
+    m.note(line);
+    m.violations.extend(violations);
+}
+
+async fn appender(
+    seed: u64,
+    writer: u32,
+    log: Rc<PartitionLog>,
+    model: Rc<RefCell<Model>>,
+    clock: Rc<sim::SimClock>,
+    stop: Rc<std::cell::Cell<bool>>,
+) {
+    for i in 0u64.. {
+        if stop.get() {
+            return;
+        }
+        runtime::sleep(Duration::from_micros(sim::random_below(3_000))).await;
+        let tag = (seed & 0xffff) << 40 | (writer as u64) << 32 | i;
+        let count = 1 + sim::random_below(20) as usize;
+        let value_bytes = 1 + sim::random_below(600) as usize;
+        let bytes = batch(tag, count, clock.now_ms(), value_bytes);
+        let (cuts_before, truncating) = {
+            let m = model.borrow();
+            (m.cuts.len(), m.truncating)
+        };
+        let info = match log.append(&bytes, LeaderEpoch(1)).await {
+            Ok(info) => info,
+            Err(e) => {
+                model
+                    .borrow_mut()
+                    .note(format!("append {tag} refused: {e}"));
+                continue;
+            }
+        };
+        let (base, end) = (info.base_offset.0, info.log_end_offset.0);
+        let written = Written { tag, count };
+        {
+            let mut m = model.borrow_mut();
+            m.report.appended_batches += 1;
+            m.appended.insert(tag, (base, count));
+            m.note(format!("append {tag} x{count} at {base}..{end}"));
+        }
+        let waited = runtime::timeout(
+            Duration::from_millis(ACK_WAIT_MS_MAX),
+            log.wait_for_ack(Offset(end)),
+        )
+        .await;
+        let mut m = model.borrow_mut();
+        match waited {
+            None => m.violations.push(format!(
+                "the acknowledgement wait for {tag} at {base}..{end} did not end within {ACK_WAIT_MS_MAX} ms (log end {})",
+                log.log_end_offset()
+            )),
+            Some(Ok(())) => {
+                // Acknowledged only if no cut reached it since it was appended:
+                // the shard refuses those by the leader epoch, which the log
+                // does not know.
+                if !truncating && m.lowest_cut_since(cuts_before).is_none_or(|cut| cut >= end) {
+                    m.acked.insert(base, written);
+                    m.report.acked_batches += 1;
+                    m.note(format!("acked {tag} at {base}..{end}"));
+                }
+            }
+            Some(Err(e)) => m.note(format!("ack of {tag} at {base}..{end} refused: {e}")),
+        }
+    }
+}
+
+/// Reads what is written, checking each batch against what was appended at
+/// its offset, as a consumer of the written records would.
+async fn reader(log: Rc<PartitionLog>, model: Rc<RefCell<Model>>, stop: Rc<std::cell::Cell<bool>>) {
+    let mut next = log.log_start_offset();
+    while !stop.get() {
+        runtime::sleep(Duration::from_micros(200 + sim::random_below(5_000))).await;
+        let cuts_before = model.borrow().cuts.len();
+        let limit = Offset(log.written_offset().0);
+        if next >= limit {
+            next = next.min(limit);
+            continue;
+        }
+        let Ok(fetched) = log.read(next, 16 * 1024, limit).await else {
+            next = log.log_start_offset();
+            continue;
+        };
+        let mut m = model.borrow_mut();
+        if m.cuts.len() != cuts_before {
+            // Raced a truncation: start again below the lowest cut.
+            next = next.min(Offset(m.lowest_cut_since(cuts_before).unwrap_or(next.0)));
+            continue;
+        }
+        match decode(&fetched.bytes) {
+            Ok(batches) => {
+                for (base, found) in batches {
+                    if let Err(e) = m.check_written(base, found) {
+                        m.violations.push(format!("read: {e}"));
+                    }
+                }
+            }
+            Err(e) => m.violations.push(format!("read at {next}: {e}")),
+        }
+        if fetched.batch_count > 0 {
+            next = fetched.next_offset;
+        }
+    }
+}
+
+/// Now and then cuts the log's tail, as a leader that becomes a follower cuts
+/// what its new leader does not have; acknowledgement waits above the cut
+/// must end refused, not wait forever.
+async fn demoter(
+    log: Rc<PartitionLog>,
+    model: Rc<RefCell<Model>>,
+    stop: Rc<std::cell::Cell<bool>>,
+) {
+    loop {
+        runtime::sleep(Duration::from_millis(20 + sim::random_below(200))).await;
+        if stop.get() {
+            return;
+        }
+        let end = log.log_end_offset().0;
+        let start = log.log_start_offset().0;
+        if end <= start {
+            continue;
+        }
+        let target = end - 1 - sim::random_below((end - start).min(40) as u64) as i64;
+        {
+            let mut m = model.borrow_mut();
+            m.cuts.push(target);
+            m.truncating = true;
+        }
+        let result = log.truncate_to(Offset(target)).await;
+        model.borrow_mut().truncating = false;
+        match result {
+            Ok(cut) => {
+                let mut m = model.borrow_mut();
+                // Rounded down to a batch start; everything from there is gone.
+                let cut = cut.0.min(target);
+                if let Some(last) = m.cuts.last_mut() {
+                    *last = cut;
+                }
+                m.acked.retain(|base, _| *base < cut);
+                m.report.truncations += 1;
+                m.note(format!(
+                    "truncated to {cut} (asked {target}, end was {end})"
+                ));
+            }
+            Err(e) => model
+                .borrow_mut()
+                .note(format!("truncate to {target}: {e}")),
+        }
+    }
+}
