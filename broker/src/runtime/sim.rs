@@ -784,9 +784,24 @@ impl SimFile {
         })
     }
 
+    /// Submits the write at its first poll. Like an io_uring write, it then
+    /// lands even if its caller stops waiting (a cancelled task's writes still
+    /// reach the file, later than anything the caller does next).
     pub(crate) async fn write_at(&self, bytes: &[u8], position: u64) -> io::Result<()> {
         assert!(self.writable, "written through a read-only handle");
-        io_delay().await;
+        let (done, result) = super::oneshot::oneshot();
+        let (file, bytes) = (self.clone(), bytes.to_vec());
+        spawn(async move {
+            io_delay().await;
+            done.send(file.apply_write(&bytes, position));
+        })
+        .detach();
+        result
+            .await
+            .unwrap_or_else(|| Err(io::Error::other("the simulated process died mid-write")))
+    }
+
+    fn apply_write(&self, bytes: &[u8], position: u64) -> io::Result<()> {
         let executor = current();
         let mut disk = executor.disk.state.borrow_mut();
         disk.sequence += 1;

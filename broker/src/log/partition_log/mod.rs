@@ -169,6 +169,12 @@ pub struct PartitionLog {
     /// Offset below which every record is synced to disk (safe from a power
     /// loss too).
     durable: Watermark,
+    /// Tail writes handed to the kernel, and those that came back. A write
+    /// outlives a cancelled caller (a produce request dropped with its
+    /// connection): io_uring may still carry it out, so the next write-out
+    /// waits for it before writing anything that overlaps it.
+    writes_submitted: Cell<i64>,
+    writes_landed: Rc<Watermark>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -225,6 +231,8 @@ impl PartitionLog {
             written: Watermark::new(log_end.0),
             generation: Cell::new(0),
             durable: Watermark::new(log_end.0),
+            writes_submitted: Cell::new(0),
+            writes_landed: Rc::new(Watermark::new(0)),
         };
         {
             let _gate = log.io_gate.enter().await;
@@ -822,6 +830,7 @@ impl PartitionLog {
     /// when the call began.
     async fn write_out(&self, sync: bool) -> LogResult<()> {
         assert!(self.io_gate.is_held());
+        self.settle_writes().await;
         let target_end = self.log_end_offset();
         let mut after: Option<Offset> = None;
         while let Some(base) = self.next_segment_to_write(after, target_end) {
@@ -903,16 +912,31 @@ impl PartitionLog {
             if wave.is_empty() {
                 return Ok(());
             }
+            // Each write runs to its end even if this call is dropped; its
+            // chunk then stays unwritten here and the next write-out writes
+            // it again, once this one has landed.
             let writes: Vec<_> = wave
                 .iter()
                 .map(|chunk| {
                     let (file, buffer, start) = (file.clone(), chunk.buffer.clone(), chunk.start);
-                    runtime::spawn(async move { file.write_at(&buffer, start).await })
+                    let landed = self.writes_landed.clone();
+                    let (done, result) = runtime::oneshot();
+                    self.writes_submitted.set(self.writes_submitted.get() + 1);
+                    runtime::spawn(async move {
+                        let written = file.write_at(&buffer, start).await;
+                        landed.advance(landed.get() + 1);
+                        done.send(written);
+                    })
+                    .detach();
+                    result
                 })
                 .collect();
             let mut failure = None;
             for write in writes {
-                if let Err(e) = write.await {
+                let written = write
+                    .await
+                    .unwrap_or_else(|| Err(std::io::Error::other("a tail write was dropped")));
+                if let Err(e) = written {
                     failure.get_or_insert(e);
                 }
             }
@@ -929,6 +953,15 @@ impl PartitionLog {
             }
             state.stats.chunk_writes += wave.len() as u64;
         }
+    }
+
+    /// Waits until every tail write handed to the kernel has come back,
+    /// including those of a write-out whose caller was dropped: a later write
+    /// of the same page, or a cut of the file, must not be overtaken by one.
+    async fn settle_writes(&self) {
+        self.writes_landed
+            .wait_at_least(self.writes_submitted.get())
+            .await;
     }
 
     /// A rolled segment, fully written: sync it, cut the alignment padding, write
@@ -1426,6 +1459,7 @@ impl PartitionLog {
     ) -> LogResult<bool> {
         let _gate = self.io_gate.enter().await;
         let _segments = self.segments_gate.enter().await;
+        self.settle_writes().await;
         if !still_wanted() {
             return Ok(false);
         }
