@@ -1,13 +1,16 @@
 //! The storage simulation: the broker's own `PartitionLog`, unchanged, on the
 //! runtime's deterministic executor and simulated disk (`runtime::sim`).
-//! Appenders, the maintenance loop, readers and a demoting replication layer
-//! (truncations) run as concurrent tasks whose order a seed decides, through
+//! Appenders (idempotent producers that resend what got no answer, some of
+//! whose clients go away mid-wait), the maintenance loop, readers and a
+//! demoting replication layer (truncations) run as concurrent tasks whose
+//! order a seed decides, through
 //! several lives of one partition directory: each life ends in a kill -9 at a
 //! drawn moment (every task dropped mid-flight) and, under
 //! `flush.policy=always`, often in a power loss that drops or tears every
 //! write not covered by a sync. The checker looks after every life: each
 //! acknowledged record is back with its own bytes, nothing served differs
-//! from what was written at that offset, every acknowledgement wait ended
+//! from what was written at that offset, no batch is in the log twice, a
+//! duplicate is answered with its first copy's offsets, every acknowledgement wait ended
 //! (answered or refused) within its deadline, and at the very end `verify-log`
 //! finds the directory clean.
 
@@ -19,9 +22,12 @@ use std::time::Duration;
 
 use broker::clock::Clock;
 use broker::log::verify::{verify_partition_dir, VerifyOptions};
-use broker::log::{FlushPolicy, LogConfig, PartitionLog};
+use broker::log::{FlushPolicy, LogConfig, LogError, PartitionLog};
 use broker::runtime::{self, sim};
-use protocol::{BatchBuilder, Compression, LeaderEpoch, Offset, Record, RecordBatch};
+use protocol::{
+    BatchBuilder, Compression, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Record, RecordBatch,
+    Sequence,
+};
 
 /// How long an acknowledgement wait may take in simulated time before the
 /// checker calls it hung (the log answers or refuses far sooner).
@@ -61,6 +67,8 @@ pub struct StorageReport {
     pub writes_torn: u64,
     pub changes_lost: u64,
     pub records_checked: u64,
+    /// Resent batches the log answered as duplicates of their first copy.
+    pub duplicates: u64,
 }
 
 #[derive(Debug)]
@@ -92,6 +100,31 @@ struct Written {
     count: usize,
 }
 
+/// An appender's idempotent producer: its epoch, its next sequence, and the
+/// batch it sent without an answer, which it sends again, unchanged, until
+/// the log acknowledges it (or refuses its sequence, when the producer moves
+/// to a new epoch, as Kafka's does).
+#[derive(Clone, Debug, Default)]
+struct Producer {
+    epoch: i16,
+    next_sequence: i32,
+    next_index: u64,
+    unanswered: Option<Unanswered>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Unanswered {
+    tag: u64,
+    count: usize,
+    value_bytes: usize,
+    timestamp_ms: i64,
+    epoch: i16,
+    sequence: i32,
+}
+
+/// Producer ids of the appenders: writer `w` is `PRODUCER_ID_BASE + w`.
+const PRODUCER_ID_BASE: i64 = 1_000;
+
 /// What the checker knows across lives.
 #[derive(Debug, Default)]
 struct Model {
@@ -109,6 +142,8 @@ struct Model {
     trace: Vec<String>,
     /// Print each trace line as it happens (`--trace`).
     print: bool,
+    /// Each appender is an idempotent producer whose state outlives lives.
+    producers: BTreeMap<u32, Producer>,
     report: StorageReport,
 }
 
@@ -159,12 +194,25 @@ fn config(seed: u64) -> LogConfig {
     }
 }
 
-fn batch(tag: u64, count: usize, timestamp_ms: i64, value_bytes: usize) -> Vec<u8> {
+fn batch(writer: u32, sent: &Unanswered) -> Vec<u8> {
+    let Unanswered {
+        tag,
+        count,
+        value_bytes,
+        timestamp_ms,
+        epoch,
+        sequence,
+    } = *sent;
     let mut builder = BatchBuilder::new(if tag.is_multiple_of(2) {
         Compression::None
     } else {
         Compression::Zstd
-    });
+    })
+    .producer(
+        ProducerId(PRODUCER_ID_BASE + writer as i64),
+        ProducerEpoch(epoch),
+        Sequence(sequence),
+    );
     for i in 0..count {
         let mut value = format!("{tag}:{i}:").into_bytes();
         value.resize(value_bytes.max(value.len()), b'x');
@@ -266,14 +314,26 @@ fn run_in(
             &sim_config,
             &disk,
             Some(Duration::from_millis(if last { 60_000 } else { length_ms })),
-            async move { one_life(seed, life_seed, d, m, o, last).await },
+            async move { one_life(seed, d, m, o, last).await },
         );
         match outcome {
             Ok(()) => trace(&model, format!("life {life}: closed cleanly")),
-            Err(sim::SimStop::TimeUp { now_ms, tasks }) if !last => trace(
-                &model,
-                format!("life {life}: killed at {now_ms} ms with {tasks} tasks running"),
-            ),
+            Err(sim::SimStop::TimeUp { now_ms, tasks }) if !last => {
+                trace(
+                    &model,
+                    format!("life {life}: killed at {now_ms} ms with {tasks} tasks running"),
+                );
+                // A truncation the kill interrupted may have cut its files
+                // already: what it was asked to remove may be gone.
+                let mut m = model.borrow_mut();
+                if m.truncating {
+                    m.truncating = false;
+                    let target = *m.cuts.last().expect("a truncation under way was asked for");
+                    m.acked
+                        .retain(|base, written| base + written.count as i64 <= target);
+                    m.note(format!("a truncation to {target} was under way"));
+                }
+            }
             Err(stop) => {
                 return Err(fail(&model, format!("life {life}: {stop}")));
             }
@@ -311,7 +371,6 @@ fn run_in(
 /// until killed; the last life instead stops the workload and closes.
 async fn one_life(
     seed: u64,
-    life_seed: u64,
     dir: PathBuf,
     model: Rc<RefCell<Model>>,
     options: StorageOptions,
@@ -328,8 +387,6 @@ async fn one_life(
             return;
         }
     };
-    // A truncation the kill interrupted is over either way.
-    model.borrow_mut().truncating = false;
     check_recovered(&log, &model).await;
     if !model.borrow().violations.is_empty() {
         return;
@@ -342,7 +399,6 @@ async fn one_life(
     let mut tasks = Vec::new();
     for writer in 0..options.appenders {
         tasks.push(runtime::spawn(appender(
-            life_seed,
             writer,
             log.clone(),
             model.clone(),
@@ -448,9 +504,16 @@ async fn check_recovered(log: &PartitionLog, model: &Rc<RefCell<Model>>) {
             )),
         }
     }
+    let mut tags = std::collections::HashMap::new();
     for (base, found) in &seen {
         if let Err(e) = m.check_written(*base, *found) {
             violations.push(format!("after recovery: {e}"));
+        }
+        if let Some(first) = tags.insert(found.tag, *base) {
+            violations.push(format!(
+                "batch {} is in the log twice, at {first} and {base}",
+                found.tag
+            ));
         }
     }
     let line = format!(
@@ -465,28 +528,61 @@ async fn check_recovered(log: &PartitionLog, model: &Rc<RefCell<Model>>) {
 }
 
 async fn appender(
-    seed: u64,
     writer: u32,
     log: Rc<PartitionLog>,
     model: Rc<RefCell<Model>>,
     clock: Rc<sim::SimClock>,
     stop: Rc<std::cell::Cell<bool>>,
 ) {
-    for i in 0u64.. {
+    loop {
         if stop.get() {
             return;
         }
         runtime::sleep(Duration::from_micros(sim::random_below(3_000))).await;
-        let tag = (seed & 0xffff) << 40 | (writer as u64) << 32 | i;
-        let count = 1 + sim::random_below(20) as usize;
-        let value_bytes = 1 + sim::random_below(600) as usize;
-        let bytes = batch(tag, count, clock.now_ms(), value_bytes);
+        // The unanswered batch again, or a new one.
+        let (sent, resent) = {
+            let mut m = model.borrow_mut();
+            let producer = m.producers.entry(writer).or_default();
+            match producer.unanswered {
+                Some(sent) => (sent, true),
+                None => {
+                    let count = 1 + sim::random_below(20) as usize;
+                    let sent = Unanswered {
+                        tag: (writer as u64) << 40 | producer.next_index,
+                        count,
+                        value_bytes: 1 + sim::random_below(600) as usize,
+                        timestamp_ms: clock.now_ms(),
+                        epoch: producer.epoch,
+                        sequence: producer.next_sequence,
+                    };
+                    producer.next_index += 1;
+                    producer.next_sequence += count as i32;
+                    producer.unanswered = Some(sent);
+                    (sent, false)
+                }
+            }
+        };
+        let (tag, count) = (sent.tag, sent.count);
+        let bytes = batch(writer, &sent);
         let (cuts_before, truncating) = {
             let m = model.borrow();
             (m.cuts.len(), m.truncating)
         };
         let info = match log.append(&bytes, LeaderEpoch(1)).await {
             Ok(info) => info,
+            Err(LogError::Sequence(e)) => {
+                // Its earlier batches were cut (a truncation or a power loss
+                // took unsynced ones): a new epoch starts again at 0.
+                let mut m = model.borrow_mut();
+                let producer = m.producers.entry(writer).or_default();
+                producer.epoch += 1;
+                producer.next_sequence = 0;
+                producer.unanswered = None;
+                m.note(format!(
+                    "append {tag} refused ({e}); producer {writer} moves to a new epoch"
+                ));
+                continue;
+            }
             Err(e) => {
                 model
                     .borrow_mut()
@@ -499,8 +595,39 @@ async fn appender(
         {
             let mut m = model.borrow_mut();
             m.report.appended_batches += 1;
+            if info.duplicate {
+                m.report.duplicates += 1;
+                // The log's answer names the first copy; it must be where that
+                // copy was written.
+                match m.appended.get(&tag) {
+                    Some(&(at, _)) if at != base => m.violations.push(format!(
+                        "resent batch {tag} answered as a duplicate at {base}, but it was written at {at}"
+                    )),
+                    _ => {}
+                }
+            }
             m.appended.insert(tag, (base, count));
-            m.note(format!("append {tag} x{count} at {base}..{end}"));
+            let how = match (resent, info.duplicate) {
+                (_, true) => "duplicate of",
+                (true, false) => "resent",
+                (false, false) => "append",
+            };
+            m.note(format!("{how} {tag} x{count} at {base}..{end}"));
+        }
+        // Now and then the client goes away while its request waits: the
+        // connection's request tasks are dropped, cancelling the wait and any
+        // write-out it was doing (whose submitted writes still land).
+        if sim::random_below(8) == 0 {
+            let gone_after = Duration::from_micros(sim::random_below(1_500));
+            if runtime::timeout(gone_after, log.wait_for_ack(Offset(end)))
+                .await
+                .is_none()
+            {
+                model.borrow_mut().note(format!(
+                    "client of {tag} at {base}..{end} gone before its ack"
+                ));
+                continue;
+            }
         }
         let waited = runtime::timeout(
             Duration::from_millis(ACK_WAIT_MS_MAX),
@@ -521,6 +648,10 @@ async fn appender(
                     m.acked.insert(base, written);
                     m.report.acked_batches += 1;
                     m.note(format!("acked {tag} at {base}..{end}"));
+                    let producer = m.producers.entry(writer).or_default();
+                    if producer.unanswered.is_some_and(|u| u.tag == tag) {
+                        producer.unanswered = None;
+                    }
                 }
             }
             Some(Err(e)) => m.note(format!("ack of {tag} at {base}..{end} refused: {e}")),

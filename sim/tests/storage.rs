@@ -7,7 +7,7 @@
 use sim::storage::{run, StorageOptions};
 
 /// Seeds per CI run; `SIM_STORAGE_SEEDS` overrides.
-const CI_SEEDS: u64 = 24;
+const CI_SEEDS: u64 = 48;
 
 #[test]
 fn storage_seeds_pass() {
