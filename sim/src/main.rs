@@ -11,6 +11,7 @@ use std::time::Instant;
 use clap::Parser;
 
 static CURRENT_SEED: AtomicU64 = AtomicU64::new(0);
+static STORAGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 #[derive(Parser, Debug)]
 #[command(name = "ringlog-sim", about = "Ringlog's deterministic simulator")]
@@ -64,10 +65,16 @@ fn main() -> ExitCode {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let seed = CURRENT_SEED.load(Ordering::Relaxed);
-        eprintln!("seed {seed} panicked; replay: cargo run --release -p sim --bin ringlog-sim -- --seed {seed} --trace");
+        let mode = if STORAGE.load(Ordering::Relaxed) {
+            "--storage "
+        } else {
+            ""
+        };
+        eprintln!("seed {seed} panicked; replay: cargo run --release -p sim --bin ringlog-sim -- {mode}--seed {seed} --trace");
         default_hook(info);
     }));
     if args.storage {
+        STORAGE.store(true, Ordering::Relaxed);
         return run_storage(&args, seeds);
     }
     let started = Instant::now();

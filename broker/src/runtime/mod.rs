@@ -197,6 +197,18 @@ impl<T> Future for Task<T> {
     }
 }
 
+/// Runs `future` as a task of its own and waits for it; if the caller stops
+/// waiting (its task cancelled), the future still runs to its end. For work
+/// that must not stop halfway, such as cutting a log's files and then its
+/// in-memory state.
+pub async fn run_to_end<T: 'static>(future: impl Future<Output = T> + 'static) -> T {
+    let (done, result) = oneshot();
+    spawn(async move { done.send(future.await) }).detach();
+    result
+        .await
+        .expect("a detached task finishes while its executor runs")
+}
+
 /// Runs blocking `work` (a small file written and fsynced, a directory
 /// removed) on the executor's blocking thread, so the shard keeps serving
 /// while it waits on the disk.

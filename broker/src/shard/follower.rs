@@ -56,12 +56,18 @@ impl Shard {
     pub async fn apply_fetched(
         &self,
         key: &PartitionKey,
-        replica: &Replica,
+        replica: &Rc<Replica>,
         leader_epoch: LeaderEpoch,
         fetched: FetchedPartition,
     ) -> Result<(), OpError> {
         use crate::replication::follower::{FollowerAction, LeaderAnswer};
         let still_following = || replica.core.borrow().follows_at(leader_epoch);
+        // The log's cuts run to their end as tasks of their own, so they
+        // check through a handle of their own.
+        let still_following_owned: Rc<dyn Fn() -> bool> = {
+            let replica = replica.clone();
+            Rc::new(move || replica.core.borrow().follows_at(leader_epoch))
+        };
         if !still_following() {
             return Ok(());
         }
@@ -83,7 +89,7 @@ impl Shard {
                 tracing::warn!(topic = %key.topic, partition = key.partition, from = own_end, to = cut, %leader_epoch, "truncating a diverged follower log");
                 let cut_done = replica
                     .log
-                    .truncate_to_if(Offset(cut), &still_following)
+                    .truncate_to_if(Offset(cut), still_following_owned)
                     .await
                     .map_err(|e| self.log_error(e))?;
                 if let Some(new_end) = cut_done {
@@ -95,7 +101,7 @@ impl Shard {
                 tracing::warn!(topic = %key.topic, partition = key.partition, own_end, leader_log_start = start, "the leader's log starts past this replica's end; starting over there");
                 let done = replica
                     .log
-                    .reset_to_if(Offset(start), &still_following)
+                    .reset_to_if(Offset(start), still_following_owned)
                     .await
                     .map_err(|e| self.log_error(e))?;
                 if done {

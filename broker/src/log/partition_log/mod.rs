@@ -1310,8 +1310,8 @@ impl PartitionLog {
     /// Removes every record at or after `offset` (rounded down to the start of the
     /// batch holding it) so the log ends there. Used by replication to cut a
     /// divergent suffix.
-    pub async fn truncate_to(&self, offset: Offset) -> LogResult<Offset> {
-        let cut = self.truncate_to_if(offset, &|| true).await?;
+    pub async fn truncate_to(self: &Rc<Self>, offset: Offset) -> LogResult<Offset> {
+        let cut = self.truncate_to_if(offset, Rc::new(|| true)).await?;
         Ok(cut.expect("an unconditional truncation happens"))
     }
 
@@ -1319,7 +1319,20 @@ impl PartitionLog {
     /// cut is done, just before the first file changes: the caller's reason
     /// (say, being a follower) may have ended while this waited. `None` when
     /// it no longer held and nothing was cut.
+    ///
+    /// Runs to its end even if the caller stops waiting: a cut dropped
+    /// halfway would leave the files, the producer state and the watermarks
+    /// disagreeing (the written offset above the log's end).
     pub async fn truncate_to_if(
+        self: &Rc<Self>,
+        offset: Offset,
+        still_wanted: Rc<dyn Fn() -> bool>,
+    ) -> LogResult<Option<Offset>> {
+        let log = self.clone();
+        runtime::run_to_end(async move { log.truncate_now(offset, &*still_wanted).await }).await
+    }
+
+    async fn truncate_now(
         &self,
         offset: Offset,
         still_wanted: &dyn Fn() -> bool,
@@ -1444,19 +1457,26 @@ impl PartitionLog {
     /// whose leader's log now starts past this log's end. The new segment's
     /// file exists before the old ones go, so a restart at any point finds
     /// either the old log or the new start.
-    pub async fn reset_to(&self, offset: Offset) -> LogResult<()> {
-        let done = self.reset_to_if(offset, &|| true).await?;
+    pub async fn reset_to(self: &Rc<Self>, offset: Offset) -> LogResult<()> {
+        let done = self.reset_to_if(offset, Rc::new(|| true)).await?;
         assert!(done, "an unconditional reset happens");
         Ok(())
     }
 
     /// `reset_to`, if `still_wanted` holds once the gate is held; returns
     /// whether it happened.
+    ///
+    /// Runs to its end even if the caller stops waiting, as `truncate_to_if`.
     pub async fn reset_to_if(
-        &self,
+        self: &Rc<Self>,
         offset: Offset,
-        still_wanted: &dyn Fn() -> bool,
+        still_wanted: Rc<dyn Fn() -> bool>,
     ) -> LogResult<bool> {
+        let log = self.clone();
+        runtime::run_to_end(async move { log.reset_now(offset, &*still_wanted).await }).await
+    }
+
+    async fn reset_now(&self, offset: Offset, still_wanted: &dyn Fn() -> bool) -> LogResult<bool> {
         let _gate = self.io_gate.enter().await;
         let _segments = self.segments_gate.enter().await;
         self.settle_writes().await;
