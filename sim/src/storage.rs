@@ -377,20 +377,9 @@ async fn one_life(
     last: bool,
 ) {
     let clock = Rc::new(sim::SimClock::new());
-    let log = match PartitionLog::open(&dir, config(seed), clock.clone()).await {
-        Ok(log) => log,
-        Err(e) => {
-            model
-                .borrow_mut()
-                .violations
-                .push(format!("recovery failed: {e}"));
-            return;
-        }
-    };
-    check_recovered(&log, &model).await;
-    if !model.borrow().violations.is_empty() {
+    let Some(log) = open_and_check(&dir, seed, &clock, &model, "recovery").await else {
         return;
-    }
+    };
     // Set to end the workload of the last life: each loop stops between two
     // operations before the clean close; a kill instead drops them all.
     let stop = Rc::new(std::cell::Cell::new(false));
@@ -435,23 +424,37 @@ async fn one_life(
             return;
         }
         drop(log);
-        let log = match PartitionLog::open(&dir, config(seed), clock.clone()).await {
-            Ok(log) => log,
-            Err(e) => {
-                model
-                    .borrow_mut()
-                    .violations
-                    .push(format!("reopen after close: {e}"));
-                return;
-            }
-        };
-        check_recovered(&log, &model).await;
-        let _ = log.close().await;
+        if let Some(log) = open_and_check(&dir, seed, &clock, &model, "reopen after close").await {
+            let _ = log.close().await;
+        }
     } else {
         // Runs until the simulation kills it.
         std::future::pending::<()>().await;
         drop(tasks);
     }
+}
+
+/// Opens the log (recovering it) and checks what came back; `None` once
+/// anything is wrong (the violation is in the model).
+async fn open_and_check(
+    dir: &Path,
+    seed: u64,
+    clock: &Rc<sim::SimClock>,
+    model: &Rc<RefCell<Model>>,
+    what: &str,
+) -> Option<Rc<PartitionLog>> {
+    let log = match PartitionLog::open(dir, config(seed), clock.clone()).await {
+        Ok(log) => log,
+        Err(e) => {
+            model
+                .borrow_mut()
+                .violations
+                .push(format!("{what} failed: {e}"));
+            return None;
+        }
+    };
+    check_recovered(&log, model).await;
+    model.borrow().violations.is_empty().then_some(log)
 }
 
 /// Reads the recovered log from its start: every acknowledged batch must be
