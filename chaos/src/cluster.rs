@@ -77,6 +77,21 @@ fn free_port_block(span: u16) -> anyhow::Result<u16> {
     bail!("no free block of {span} ports")
 }
 
+/// The ports a one-shard broker listening on `port` binds: its main port,
+/// its shard's port, its admin port and, when it embeds one, its
+/// controller's. The offsets are the broker's defaults (its `config`
+/// module), which the processes here do not override.
+fn broker_ports(port: u16, embedded_controller: bool) -> Vec<u16> {
+    const SHARD_PORT_OFFSET: u16 = 1;
+    const ADMIN_PORT_OFFSET: u16 = 64;
+    const EMBEDDED_CONTROLLER_PORT_OFFSET: u16 = 65;
+    let mut ports = vec![port, port + SHARD_PORT_OFFSET, port + ADMIN_PORT_OFFSET];
+    if embedded_controller {
+        ports.push(port + EMBEDDED_CONTROLLER_PORT_OFFSET);
+    }
+    ports
+}
+
 impl Cluster {
     /// Starts the processes (not waiting for them to be ready).
     pub fn start(
@@ -144,6 +159,7 @@ impl Cluster {
                     namespace(i),
                     log,
                 )
+                .with_listen_ports(vec![base + i as u16])
             })
             .collect();
         let broker_addresses: Vec<String> = (0..3).map(broker_address).collect();
@@ -170,6 +186,7 @@ impl Cluster {
                     namespace(3 + i),
                     log,
                 )
+                .with_listen_ports(broker_ports(base + 100 * (i as u16 + 1), false))
             })
             .collect();
         Ok(Cluster {
@@ -196,7 +213,8 @@ impl Cluster {
             "--data-dir".into(),
             data.display().to_string(),
         ];
-        let broker = Process::new("broker 1", &bin.broker, args, None, dir.join("b1.log"));
+        let broker = Process::new("broker 1", &bin.broker, args, None, dir.join("b1.log"))
+            .with_listen_ports(broker_ports(port, true));
         Ok(Cluster {
             controllers: Vec::new(),
             brokers: vec![broker],

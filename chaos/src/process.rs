@@ -15,12 +15,20 @@ use nix::unistd::Pid;
 /// How long a SIGTERM'd process may take to exit before it counts as hung.
 pub const STOP_MS_MAX: u64 = 30_000;
 
+/// How long a start waits for the ports the process will listen on to be
+/// free. A process just stopped may hold them a little past its reaping
+/// (its io_uring instance is torn down after the exit), and a restart that
+/// bound too early would die on "address already in use".
+pub const PORTS_FREE_WAIT_MS_MAX: u64 = 10_000;
+
 #[derive(Debug)]
 pub struct Process {
     pub name: String,
     program: PathBuf,
     args: Vec<String>,
     netns: Option<String>,
+    /// Ports on 127.0.0.1 the process listens on (none inside a namespace).
+    listen_ports: Vec<u16>,
     pub log: PathBuf,
     child: Option<Child>,
     /// Exits nobody asked for, with the log's last lines.
@@ -40,14 +48,25 @@ impl Process {
             program: program.to_path_buf(),
             args,
             netns,
+            listen_ports: Vec::new(),
             log,
             child: None,
             crashes: Vec::new(),
         }
     }
 
+    /// Names the ports on 127.0.0.1 the process will listen on, so a start
+    /// first waits for them to be free.
+    pub fn with_listen_ports(mut self, ports: Vec<u16>) -> Process {
+        self.listen_ports = ports;
+        self
+    }
+
     pub fn start(&mut self) -> io::Result<()> {
         assert!(self.child.is_none(), "{} is already running", self.name);
+        if self.netns.is_none() {
+            wait_for_free_ports(&self.name, &self.listen_ports)?;
+        }
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -148,6 +167,47 @@ impl Process {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+/// Whether a listener can bind `port` on 127.0.0.1 the way the broker's
+/// listeners do (SO_REUSEPORT: a TIME-WAIT left by the previous process
+/// does not stand in the way, another process's listener does).
+fn can_bind(port: u16) -> bool {
+    use socket2::{Domain, Socket, Type};
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    Socket::new(Domain::IPV4, Type::STREAM, None)
+        .and_then(|socket| {
+            socket.set_reuse_port(true)?;
+            socket.bind(&address.into())
+        })
+        .is_ok()
+}
+
+/// Waits until every port can be bound on 127.0.0.1; if one stays taken,
+/// the error names whoever holds it.
+fn wait_for_free_ports(name: &str, ports: &[u16]) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_millis(PORTS_FREE_WAIT_MS_MAX);
+    loop {
+        let taken = ports.iter().copied().find(|&port| !can_bind(port));
+        let Some(port) = taken else {
+            return Ok(());
+        };
+        if Instant::now() >= deadline {
+            let holder = Command::new("ss")
+                .args(["-Htanp", &format!("sport = :{port}")])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+                .unwrap_or_default();
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "starting {name}: port {port} still taken after {PORTS_FREE_WAIT_MS_MAX} ms: {}",
+                    if holder.is_empty() { "no socket listed by ss" } else { &holder }
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
