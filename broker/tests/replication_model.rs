@@ -11,7 +11,7 @@ use broker::replication::epochs::EpochHistory;
 use broker::replication::follower::{decide, FollowerAction, LeaderAnswer};
 use broker::replication::leader::{check_follower_fetch, FollowerFetch, FollowerFetchCheck};
 use proptest::prelude::*;
-use protocol::{BrokerId, ErrorCode, LeaderEpoch};
+use protocol::{BrokerId, ErrorCode, LeaderEpoch, Offset};
 
 #[derive(Clone, Debug, Default)]
 struct Replica {
@@ -21,18 +21,18 @@ struct Replica {
 }
 
 impl Replica {
-    fn end(&self) -> i64 {
-        self.log.len() as i64
+    fn end(&self) -> Offset {
+        Offset(self.log.len() as i64)
     }
 
     fn append(&mut self, epoch: i32, id: u64) {
         let offset = self.end();
-        self.history.assign(epoch, offset);
+        self.history.assign(LeaderEpoch(epoch), offset);
         self.log.push((epoch, id));
     }
 
-    fn truncate(&mut self, offset: i64) {
-        self.log.truncate(offset as usize);
+    fn truncate(&mut self, offset: Offset) {
+        self.log.truncate(offset.0 as usize);
         self.history.truncate_to(offset);
     }
 }
@@ -52,13 +52,13 @@ fn sync(follower: &mut Replica, leader: &Replica, leader_epoch: i32) -> usize {
             broker_id: BrokerId(2),
             broker_epoch: 1,
             current_leader_epoch: LeaderEpoch(leader_epoch),
-            last_fetched_epoch: LeaderEpoch(follower.history.latest_epoch().unwrap_or(-1)),
+            last_fetched_epoch: follower.history.latest_epoch().unwrap_or(LeaderEpoch::NONE),
         };
         let mut answer = LeaderAnswer {
             error: ErrorCode::None,
-            high_watermark: 0,
-            log_start_offset: 0,
-            log_end_offset: leader.end(),
+            high_watermark: Offset::ZERO,
+            log_start_offset: Offset::ZERO,
+            log_end_offset: Some(leader.end()),
             diverging: None,
         };
         match check_follower_fetch(
@@ -91,7 +91,7 @@ fn sync(follower: &mut Replica, leader: &Replica, leader_epoch: i32) -> usize {
                     fetch_offset <= leader.end(),
                     "a follower past the leader's end must have been found diverging"
                 );
-                for &(epoch, id) in &leader.log[fetch_offset as usize..] {
+                for &(epoch, id) in &leader.log[fetch_offset.0 as usize..] {
                     follower.append(epoch, id);
                 }
                 return shortest;
@@ -125,7 +125,7 @@ proptest! {
         let mut leader = 0usize;
         let mut epoch = 0i32;
         let mut next_id = 0u64;
-        replicas[0].history.assign(epoch, 0);
+        replicas[0].history.assign(LeaderEpoch(epoch), Offset::ZERO);
         for step in steps {
             match step {
                 Step::Append(count) => {
@@ -140,7 +140,7 @@ proptest! {
                     leader = r as usize;
                     epoch += 1;
                     let end = replicas[leader].end();
-                    replicas[leader].history.assign(epoch, end);
+                    replicas[leader].history.assign(LeaderEpoch(epoch), end);
                 }
                 Step::Sync(r) => {
                     let r = r as usize;

@@ -93,6 +93,9 @@ impl MemberEpoch {
 }
 
 impl LeaderEpoch {
+    /// No epoch: asked about or answered for a log that has none (Kafka's -1).
+    pub const NONE: LeaderEpoch = LeaderEpoch(-1);
+
     /// Epoch overflow is a bug: an epoch is bumped once per leader change.
     pub fn next(self) -> LeaderEpoch {
         LeaderEpoch(self.0.checked_add(1).expect("leader epoch overflow"))

@@ -25,10 +25,13 @@ use broker::replication::replica::{FollowerFetchVerdict, ReplicaCore};
 use broker::replication::role::Role;
 use broker::shard::desired_replicas;
 use protocol::control::codec::decode_fetch_metadata_response;
-use protocol::{BrokerEpoch, BrokerId, ErrorCode, LeaderEpoch, PartitionIndex, TopicId};
+use protocol::{BrokerEpoch, BrokerId, ErrorCode, LeaderEpoch, Offset, PartitionIndex, TopicId};
 
 use crate::disk::{Disk, Rec};
 use crate::msg::{Action, BrokerTimer, Msg, Node, Observation, Session, Timer};
+
+/// What a refusal says for an offset it does not know (the wire's -1).
+const UNKNOWN_OFFSET: Offset = Offset(-1);
 
 /// The only topic of a simulation.
 pub const TOPIC: &str = "sim";
@@ -435,11 +438,11 @@ impl SimBroker {
     fn open_replica(&mut self, p: u32, topic_id: u64, role: &Role) -> Replica {
         let disk = &self.disks[p as usize];
         let fallback = match disk.records().last() {
-            Some(last) => EpochHistory::from_entries(vec![(last.epoch, 0)]),
+            Some(last) => EpochHistory::from_entries(vec![(LeaderEpoch(last.epoch), Offset::ZERO)]),
             None => EpochHistory::default(),
         };
-        let epochs =
-            EpochHistory::recovered(disk.epoch_file.clone(), disk.log_end()).unwrap_or(fallback);
+        let epochs = EpochHistory::recovered(disk.epoch_file.clone(), Offset(disk.log_end()))
+            .unwrap_or(fallback);
         Replica {
             topic_id,
             core: ReplicaCore::new(self.id, role, epochs),
@@ -458,7 +461,10 @@ impl SimBroker {
         let end = self.disks[p as usize].log_end();
         let replica = self.live().replicas.get_mut(&p).expect("opened");
         let hw = replica.high_watermark;
-        let Some(applied) = replica.core.apply_role(role.clone(), end, hw, now_ms) else {
+        let Some(applied) = replica
+            .core
+            .apply_role(role.clone(), Offset(end), Offset(hw), now_ms)
+        else {
             return;
         };
         if applied.new_leadership {
@@ -486,7 +492,7 @@ impl SimBroker {
     /// As `Shard::note_epoch`.
     fn note_epoch(&mut self, p: u32, epoch: i32, start: i64) {
         let replica = self.live().replicas.get_mut(&p).expect("opened");
-        if replica.core.note_epoch(epoch, start) {
+        if replica.core.note_epoch(LeaderEpoch(epoch), Offset(start)) {
             self.save_epochs(p);
         }
     }
@@ -497,7 +503,10 @@ impl SimBroker {
     fn update_high_watermark(&mut self, sim_ms: u64, p: u32, out: &mut Out) {
         let stable = self.disks[p as usize].durable_end();
         let replica = self.live().replicas.get_mut(&p).expect("opened");
-        if let Some(hw) = replica.core.high_watermark(replica.high_watermark, stable) {
+        let hw = replica
+            .core
+            .high_watermark(Offset(replica.high_watermark), Offset(stable));
+        if let Some(Offset(hw)) = hw {
             let log_end = self.disks[p as usize].log_end();
             assert!(
                 hw <= log_end,
@@ -536,9 +545,11 @@ impl SimBroker {
                 answers.push((a.client, a.request_id, Ok(a.base)));
                 return false;
             }
-            let decision = replica
-                .core
-                .ack(a.leader_epoch, replica.high_watermark, a.end);
+            let decision = replica.core.ack(
+                a.leader_epoch,
+                Offset(replica.high_watermark),
+                Offset(a.end),
+            );
             let result = match decision {
                 AckDecision::Wait => return true,
                 AckDecision::Committed => Ok(a.base),
@@ -715,9 +726,9 @@ impl SimBroker {
                     partition: p,
                     answer: LeaderAnswer {
                         error,
-                        high_watermark: -1,
-                        log_start_offset: -1,
-                        log_end_offset: -1,
+                        high_watermark: UNKNOWN_OFFSET,
+                        log_start_offset: UNKNOWN_OFFSET,
+                        log_end_offset: None,
                         diverging: None,
                     },
                     first_offset: offset,
@@ -736,7 +747,7 @@ impl SimBroker {
         };
         match replica
             .core
-            .follower_fetch(&fetch, offset, end, registered, now_ms)
+            .follower_fetch(&fetch, Offset(offset), Offset(end), registered, now_ms)
         {
             FollowerFetchVerdict::Serve => {}
             FollowerFetchVerdict::Refuse(code, _) => return refuse(out, code),
@@ -749,9 +760,9 @@ impl SimBroker {
                         partition: p,
                         answer: LeaderAnswer {
                             error: ErrorCode::None,
-                            high_watermark: hw,
-                            log_start_offset: 0,
-                            log_end_offset: end,
+                            high_watermark: Offset(hw),
+                            log_start_offset: Offset::ZERO,
+                            log_end_offset: Some(Offset(end)),
                             diverging: Some((epoch, end_offset)),
                         },
                         first_offset: offset,
@@ -805,18 +816,18 @@ impl SimBroker {
         let replica = &self.live.as_ref().expect("running").replicas[&p];
         let mut answer = LeaderAnswer {
             error: ErrorCode::None,
-            high_watermark: replica.high_watermark.min(end),
-            log_start_offset: 0,
-            log_end_offset: end,
+            high_watermark: Offset(replica.high_watermark.min(end)),
+            log_start_offset: Offset::ZERO,
+            log_end_offset: Some(Offset(end)),
             diverging: None,
         };
         let mut records = Vec::new();
         if !replica.core.role().leader {
             answer = LeaderAnswer {
                 error: ErrorCode::NotLeaderOrFollower,
-                high_watermark: -1,
-                log_start_offset: -1,
-                log_end_offset: -1,
+                high_watermark: UNKNOWN_OFFSET,
+                log_start_offset: UNKNOWN_OFFSET,
+                log_end_offset: None,
                 diverging: None,
             };
         } else if parked.offset > end {
@@ -881,7 +892,11 @@ impl SimBroker {
                 broker_epoch as i64
             },
             current_leader_epoch: role.leader_epoch,
-            last_fetched_epoch: LeaderEpoch(replica.core.epochs().latest_epoch().unwrap_or(-1)),
+            last_fetched_epoch: replica
+                .core
+                .epochs()
+                .latest_epoch()
+                .unwrap_or(LeaderEpoch::NONE),
         };
         let epoch = role.leader_epoch;
         let request_id = self.next_request_id();
@@ -934,15 +949,15 @@ impl SimBroker {
             self.arm_fetch(p, 0, out);
             return;
         }
-        let action = replica.core.follower_action(&answer, own_end);
+        let action = replica.core.follower_action(&answer, Offset(own_end));
         match action {
             FollowerAction::Retry => self.arm_fetch(p, FOLLOWER_BACKOFF_MS, out),
             FollowerAction::Truncate(cut) => {
                 out.trace.push(format!(
                     "p{p}: follower cuts its log from {own_end} to {cut}"
                 ));
-                self.disks[p as usize].truncate(cut);
-                self.after_cut(p, cut);
+                self.disks[p as usize].truncate(cut.0);
+                self.after_cut(p, cut.0);
                 self.arm_fetch(p, 0, out);
             }
             FollowerAction::RestartAt(start) => {
@@ -967,7 +982,7 @@ impl SimBroker {
                 let end = self.disks[p as usize].log_end();
                 let replica = self.live().replicas.get_mut(&p).expect("opened");
                 replica.high_watermark =
-                    follower::follower_high_watermark(answer.high_watermark, end);
+                    follower::follower_high_watermark(answer.high_watermark, Offset(end)).0;
                 self.start_sync(sim_ms, p, out);
                 self.arm_fetch(p, 0, out);
             }
@@ -977,7 +992,7 @@ impl SimBroker {
     /// As `Shard::after_cut`.
     fn after_cut(&mut self, p: u32, new_end: i64) {
         let replica = self.live().replicas.get_mut(&p).expect("opened");
-        if replica.core.cut(new_end) {
+        if replica.core.cut(Offset(new_end)) {
             self.save_epochs(p);
         }
         let replica = self.live().replicas.get_mut(&p).expect("opened");

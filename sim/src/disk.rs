@@ -5,6 +5,8 @@
 //! a random prefix of the rest: unsynced writes may be lost and the tail may
 //! be torn, and recovery keeps the longest valid prefix.
 
+use protocol::{LeaderEpoch, Offset};
+
 use crate::rng::Rng;
 
 /// One record as the simulator follows it. Values are unique per produce.
@@ -22,7 +24,7 @@ pub struct Disk {
     /// The end a sync in flight will make durable (lowered by a cut meanwhile).
     sync_target: Option<usize>,
     /// The leader-epoch history as last saved: (epoch, start offset).
-    pub epoch_file: Vec<(i32, i64)>,
+    pub epoch_file: Vec<(LeaderEpoch, Offset)>,
 }
 
 impl Disk {

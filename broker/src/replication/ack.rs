@@ -2,14 +2,16 @@
 //! leader knows at the moment it looks, so the checks hold when the answer is
 //! sent, not only when the records were appended.
 
+use protocol::Offset;
+
 /// What the leader knows about one waiting acks=all write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AckView {
     /// This broker still leads at the leader epoch the batch was stamped with.
     pub leads_at_append_epoch: bool,
-    pub high_watermark: i64,
+    pub high_watermark: Offset,
     /// The offset after the batch's last record.
-    pub batch_end: i64,
+    pub batch_end: Offset,
     pub isr_len: usize,
     pub min_insync: usize,
 }
@@ -51,8 +53,8 @@ mod tests {
     fn view() -> AckView {
         AckView {
             leads_at_append_epoch: true,
-            high_watermark: 10,
-            batch_end: 10,
+            high_watermark: Offset(10),
+            batch_end: Offset(10),
             isr_len: 2,
             min_insync: 2,
         }
@@ -62,7 +64,7 @@ mod tests {
     fn committed_only_by_a_leader_with_enough_replicas() {
         assert_eq!(decide(view()), AckDecision::Committed);
         let below = AckView {
-            high_watermark: 9,
+            high_watermark: Offset(9),
             ..view()
         };
         assert_eq!(decide(below), AckDecision::Wait);
@@ -77,13 +79,13 @@ mod tests {
         // truncated and re-fetched the new leader's records.
         let deposed = AckView {
             leads_at_append_epoch: false,
-            high_watermark: 50,
+            high_watermark: Offset(50),
             ..view()
         };
         assert_eq!(decide(deposed), AckDecision::NotLeader);
         let deposed_waiting = AckView {
             leads_at_append_epoch: false,
-            high_watermark: 0,
+            high_watermark: Offset(0),
             ..view()
         };
         assert_eq!(decide(deposed_waiting), AckDecision::NotLeader);

@@ -3,7 +3,7 @@
 //! longer has what comes next, append, or back off; and the follower's high
 //! watermark. Pure: the fetcher and the shard do the I/O these ask for.
 
-use protocol::ErrorCode;
+use protocol::{ErrorCode, LeaderEpoch, Offset};
 
 use super::epochs::{truncation_offset, EpochHistory};
 
@@ -11,11 +11,28 @@ use super::epochs::{truncation_offset, EpochHistory};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaderAnswer {
     pub error: ErrorCode,
-    pub high_watermark: i64,
-    pub log_start_offset: i64,
-    pub log_end_offset: i64,
+    pub high_watermark: Offset,
+    pub log_start_offset: Offset,
+    /// `None` when the leader did not say.
+    pub log_end_offset: Option<Offset>,
     /// Where the follower's log parts from the leader's: (epoch, end offset).
-    pub diverging: Option<(i32, i64)>,
+    pub diverging: Option<(LeaderEpoch, Offset)>,
+}
+
+impl LeaderAnswer {
+    /// The answer as the replica fetch response carries it, where -1 says
+    /// "unknown".
+    pub fn from_wire(fetched: &protocol::replica_fetch::FetchedPartition) -> LeaderAnswer {
+        LeaderAnswer {
+            error: fetched.error,
+            high_watermark: Offset(fetched.high_watermark),
+            log_start_offset: Offset(fetched.log_start_offset),
+            log_end_offset: (fetched.log_end_offset >= 0).then_some(Offset(fetched.log_end_offset)),
+            diverging: fetched
+                .diverging
+                .map(|(epoch, end)| (LeaderEpoch(epoch), Offset(end))),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,28 +40,28 @@ pub enum FollowerAction {
     /// Append the records sent (if any), then take the high watermark.
     Append,
     /// Cut the log at this offset first (everything at or after it goes).
-    Truncate(i64),
+    Truncate(Offset),
     /// The leader's log starts after this replica's log end (retention moved
     /// on while it was away): drop the whole log and start empty at this
     /// offset (Kafka's truncate-fully-and-start-at).
-    RestartAt(i64),
+    RestartAt(Offset),
     /// The leader refused; ask again after a pause.
     Retry,
 }
 
 pub fn decide(
     answer: &LeaderAnswer,
-    own_log_end: i64,
+    own_log_end: Offset,
     own_epochs: &EpochHistory,
 ) -> FollowerAction {
     if answer.error == ErrorCode::OffsetOutOfRange {
         if answer.log_start_offset > own_log_end {
             return FollowerAction::RestartAt(answer.log_start_offset);
         }
-        if answer.log_end_offset >= 0 && own_log_end > answer.log_end_offset {
+        if let Some(leader_end) = answer.log_end_offset.filter(|&end| own_log_end > end) {
             // Ahead of the leader with nothing to tell the epochs apart: what
             // lies past the leader's end was never committed.
-            return FollowerAction::Truncate(answer.log_end_offset);
+            return FollowerAction::Truncate(leader_end);
         }
         return FollowerAction::Retry;
     }
@@ -65,20 +82,24 @@ pub fn decide(
 /// A follower's high watermark: the leader's, within its own log. Unlike a
 /// leader's it may move backwards (a new leader may know a lower one), so it
 /// is set, not advanced; followers serve no consumers from it.
-pub fn follower_high_watermark(leader_high_watermark: i64, own_log_end: i64) -> i64 {
-    leader_high_watermark.min(own_log_end).max(0)
+pub fn follower_high_watermark(leader_high_watermark: Offset, own_log_end: Offset) -> Offset {
+    leader_high_watermark.min(own_log_end).max(Offset::ZERO)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn o(offset: i64) -> Offset {
+        Offset(offset)
+    }
+
     fn answer() -> LeaderAnswer {
         LeaderAnswer {
             error: ErrorCode::None,
-            high_watermark: 50,
-            log_start_offset: 0,
-            log_end_offset: 60,
+            high_watermark: o(50),
+            log_start_offset: o(0),
+            log_end_offset: Some(o(60)),
             diverging: None,
         }
     }
@@ -87,46 +108,49 @@ mod tests {
     fn a_follower_below_the_leaders_log_start_restarts_there() {
         let out_of_range = LeaderAnswer {
             error: ErrorCode::OffsetOutOfRange,
-            log_start_offset: 1_000,
-            log_end_offset: 1_500,
+            log_start_offset: o(1_000),
+            log_end_offset: Some(o(1_500)),
             ..answer()
         };
         assert_eq!(
-            decide(&out_of_range, 200, &EpochHistory::default()),
-            FollowerAction::RestartAt(1_000)
+            decide(&out_of_range, o(200), &EpochHistory::default()),
+            FollowerAction::RestartAt(o(1_000))
         );
         // Ahead of the leader's end: cut back to it.
         let ahead = LeaderAnswer {
-            log_start_offset: 0,
-            log_end_offset: 150,
+            log_start_offset: o(0),
+            log_end_offset: Some(o(150)),
             ..out_of_range
         };
         assert_eq!(
-            decide(&ahead, 200, &EpochHistory::default()),
-            FollowerAction::Truncate(150)
+            decide(&ahead, o(200), &EpochHistory::default()),
+            FollowerAction::Truncate(o(150))
         );
     }
 
     #[test]
     fn divergence_cuts_and_errors_back_off() {
-        let own = EpochHistory::from_entries(vec![(1, 0), (2, 40)]);
+        let own = EpochHistory::from_entries(vec![(LeaderEpoch(1), o(0)), (LeaderEpoch(2), o(40))]);
         let diverging = LeaderAnswer {
-            diverging: Some((1, 30)),
+            diverging: Some((LeaderEpoch(1), o(30))),
             ..answer()
         };
-        assert_eq!(decide(&diverging, 45, &own), FollowerAction::Truncate(30));
-        assert_eq!(decide(&answer(), 45, &own), FollowerAction::Append);
+        assert_eq!(
+            decide(&diverging, o(45), &own),
+            FollowerAction::Truncate(o(30))
+        );
+        assert_eq!(decide(&answer(), o(45), &own), FollowerAction::Append);
         let refused = LeaderAnswer {
             error: ErrorCode::NotLeaderOrFollower,
             ..answer()
         };
-        assert_eq!(decide(&refused, 45, &own), FollowerAction::Retry);
+        assert_eq!(decide(&refused, o(45), &own), FollowerAction::Retry);
     }
 
     #[test]
     fn the_follower_high_watermark_may_go_down() {
-        assert_eq!(follower_high_watermark(50, 40), 40);
-        assert_eq!(follower_high_watermark(30, 40), 30);
-        assert_eq!(follower_high_watermark(-1, 40), 0);
+        assert_eq!(follower_high_watermark(o(50), o(40)), o(40));
+        assert_eq!(follower_high_watermark(o(30), o(40)), o(30));
+        assert_eq!(follower_high_watermark(o(-1), o(40)), o(0));
     }
 }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use protocol::{BrokerId, ErrorCode, LeaderEpoch};
+use protocol::{BrokerId, ErrorCode, LeaderEpoch, Offset};
 
 use super::epochs::EpochHistory;
 
@@ -35,8 +35,8 @@ pub enum FollowerFetchCheck {
     /// The follower's log parts from the leader's: epoch `epoch` ends at
     /// `end_offset` here, and the follower cuts its log there first.
     Diverging {
-        epoch: i32,
-        end_offset: i64,
+        epoch: LeaderEpoch,
+        end_offset: Offset,
     },
 }
 
@@ -45,9 +45,9 @@ pub enum FollowerFetchCheck {
 pub fn check_follower_fetch(
     leader_epoch: LeaderEpoch,
     fetch: &FollowerFetch,
-    offset: i64,
+    offset: Offset,
     epochs: &EpochHistory,
-    log_end: i64,
+    log_end: Offset,
 ) -> FollowerFetchCheck {
     if fetch.current_leader_epoch != leader_epoch {
         let code = if fetch.current_leader_epoch < leader_epoch {
@@ -63,9 +63,9 @@ pub fn check_follower_fetch(
             ),
         );
     }
-    if fetch.last_fetched_epoch.0 >= 0 {
-        let (epoch, epoch_end) = epochs.end_offset_for(fetch.last_fetched_epoch.0, log_end);
-        if epoch_end < offset || epoch < fetch.last_fetched_epoch.0 {
+    if fetch.last_fetched_epoch >= LeaderEpoch(0) {
+        let (epoch, epoch_end) = epochs.end_offset_for(fetch.last_fetched_epoch, log_end);
+        if epoch_end < offset || epoch < fetch.last_fetched_epoch {
             return FollowerFetchCheck::Diverging {
                 epoch,
                 end_offset: epoch_end,
@@ -93,9 +93,9 @@ struct Progress {
     broker_epoch: Option<i64>,
     /// Every offset below this is stable on the follower. `None` until its
     /// current incarnation fetches from this leadership.
-    log_end: Option<i64>,
+    log_end: Option<Offset>,
     /// The leader's log end when this follower last fetched.
-    leader_end_at_last_fetch: i64,
+    leader_end_at_last_fetch: Offset,
     /// Last time the follower had everything the leader had at its previous
     /// fetch.
     caught_up_ms: u64,
@@ -105,7 +105,7 @@ struct Progress {
 pub struct LeaderState {
     me: BrokerId,
     followers: BTreeMap<BrokerId, Progress>,
-    high_watermark: i64,
+    high_watermark: Offset,
 }
 
 impl LeaderState {
@@ -115,7 +115,7 @@ impl LeaderState {
     pub fn new(
         me: BrokerId,
         replicas: &[BrokerId],
-        high_watermark: i64,
+        high_watermark: Offset,
         now_ms: u64,
     ) -> LeaderState {
         let followers = replicas
@@ -127,7 +127,7 @@ impl LeaderState {
                     Progress {
                         broker_epoch: None,
                         log_end: None,
-                        leader_end_at_last_fetch: 0,
+                        leader_end_at_last_fetch: Offset::ZERO,
                         caught_up_ms: now_ms,
                     },
                 )
@@ -140,11 +140,11 @@ impl LeaderState {
         }
     }
 
-    pub fn high_watermark(&self) -> i64 {
+    pub fn high_watermark(&self) -> Offset {
         self.high_watermark
     }
 
-    pub fn follower_log_end(&self, follower: BrokerId) -> Option<i64> {
+    pub fn follower_log_end(&self, follower: BrokerId) -> Option<Offset> {
         self.followers.get(&follower).and_then(|p| p.log_end)
     }
 
@@ -156,8 +156,8 @@ impl LeaderState {
         &mut self,
         follower: BrokerId,
         broker_epoch: i64,
-        fetch_offset: i64,
-        leader_end: i64,
+        fetch_offset: Offset,
+        leader_end: Offset,
         now_ms: u64,
     ) -> FetchAccepted {
         let Some(progress) = self.followers.get_mut(&follower) else {
@@ -167,7 +167,7 @@ impl LeaderState {
             Some(seen) if broker_epoch < seen => return FetchAccepted::StaleBrokerEpoch,
             Some(seen) if broker_epoch > seen => {
                 progress.log_end = None;
-                progress.leader_end_at_last_fetch = 0;
+                progress.leader_end_at_last_fetch = Offset::ZERO;
             }
             _ => {}
         }
@@ -188,7 +188,7 @@ impl LeaderState {
     /// Moves the high watermark to the smallest stable log end among the ISR
     /// (the leader's own, `leader_stable_end`, included), never backwards.
     /// Returns the new value.
-    pub fn update_high_watermark(&mut self, isr: &[BrokerId], leader_stable_end: i64) -> i64 {
+    pub fn update_high_watermark(&mut self, isr: &[BrokerId], leader_stable_end: Offset) -> Offset {
         let leader_end = leader_stable_end;
         let mut low = leader_end;
         for member in isr.iter().filter(|&&m| m != self.me) {
@@ -210,7 +210,7 @@ impl LeaderState {
     pub fn desired_isr(
         &self,
         isr: &[BrokerId],
-        epoch_start: i64,
+        epoch_start: Offset,
         now_ms: u64,
         lag_max_ms: u64,
     ) -> Option<Vec<BrokerId>> {
@@ -264,29 +264,37 @@ impl LeaderState {
 mod tests {
     use super::*;
 
+    fn o(offset: i64) -> Offset {
+        Offset(offset)
+    }
+
     fn b(ids: &[u32]) -> Vec<BrokerId> {
         ids.iter().copied().map(BrokerId).collect()
     }
 
     #[test]
     fn high_watermark_is_the_isr_minimum_and_never_moves_back() {
-        let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2, 3]), 0, 0);
+        let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2, 3]), o(0), 0);
         let isr = b(&[1, 2, 3]);
         // Followers have not fetched: nothing is committed past the start.
-        assert_eq!(leader.update_high_watermark(&isr, 10), 0);
-        leader.on_fetch(BrokerId(2), 1, 10, 10, 5);
-        assert_eq!(leader.update_high_watermark(&isr, 10), 0, "3 holds it");
-        leader.on_fetch(BrokerId(3), 1, 7, 10, 5);
-        assert_eq!(leader.update_high_watermark(&isr, 10), 7);
+        assert_eq!(leader.update_high_watermark(&isr, o(10)), o(0));
+        leader.on_fetch(BrokerId(2), 1, o(10), o(10), 5);
+        assert_eq!(
+            leader.update_high_watermark(&isr, o(10)),
+            o(0),
+            "3 holds it"
+        );
+        leader.on_fetch(BrokerId(3), 1, o(7), o(10), 5);
+        assert_eq!(leader.update_high_watermark(&isr, o(10)), o(7));
         // Without 3 in the ISR the watermark follows 2 and the leader.
-        assert_eq!(leader.update_high_watermark(&b(&[1, 2]), 10), 10);
+        assert_eq!(leader.update_high_watermark(&b(&[1, 2]), o(10)), o(10));
         // Adding 3 back does not move it backwards.
-        assert_eq!(leader.update_high_watermark(&isr, 12), 10);
+        assert_eq!(leader.update_high_watermark(&isr, o(12)), o(10));
         // Alone, the leader's log end is the watermark.
-        assert_eq!(leader.update_high_watermark(&b(&[1]), 15), 15);
+        assert_eq!(leader.update_high_watermark(&b(&[1]), o(15)), o(15));
         // A fetch by a non-replica is not counted.
         assert_eq!(
-            leader.on_fetch(BrokerId(9), 1, 100, 15, 6),
+            leader.on_fetch(BrokerId(9), 1, o(100), o(15), 6),
             FetchAccepted::NotReplica
         );
     }
@@ -294,33 +302,39 @@ mod tests {
     #[test]
     fn isr_shrinks_on_lag_and_grows_on_catch_up() {
         let lag_max_ms = 1_000;
-        let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2, 3]), 0, 0);
+        let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2, 3]), o(0), 0);
         let isr = b(&[1, 2, 3]);
-        leader.on_fetch(BrokerId(2), 1, 0, 0, 100);
-        leader.on_fetch(BrokerId(3), 1, 0, 0, 100);
-        assert_eq!(leader.desired_isr(&isr, 0, 900, lag_max_ms), None);
+        leader.on_fetch(BrokerId(2), 1, o(0), o(0), 100);
+        leader.on_fetch(BrokerId(3), 1, o(0), o(0), 100);
+        assert_eq!(leader.desired_isr(&isr, o(0), 900, lag_max_ms), None);
         // 2 keeps fetching and keeps up while the leader appends; 3 stops.
         for t in 1..20u64 {
             let leader_end = (t * 10) as i64;
-            leader.on_fetch(BrokerId(2), 1, leader_end - 10, leader_end, 100 + t * 100);
+            leader.on_fetch(
+                BrokerId(2),
+                1,
+                o(leader_end - 10),
+                o(leader_end),
+                100 + t * 100,
+            );
         }
         assert_eq!(
-            leader.desired_isr(&isr, 0, 2_000, lag_max_ms),
+            leader.desired_isr(&isr, o(0), 2_000, lag_max_ms),
             Some(b(&[1, 2])),
             "3 lagged past the bound; 2 never did although never at the very end"
         );
         let isr = b(&[1, 2]);
-        leader.update_high_watermark(&isr, 190);
+        leader.update_high_watermark(&isr, o(190));
         // 3 returns but is behind the high watermark: not yet.
-        leader.on_fetch(BrokerId(3), 1, 50, 190, 2_100);
-        assert_eq!(leader.desired_isr(&isr, 0, 2_100, lag_max_ms), None);
-        leader.on_fetch(BrokerId(3), 1, 190, 190, 2_200);
+        leader.on_fetch(BrokerId(3), 1, o(50), o(190), 2_100);
+        assert_eq!(leader.desired_isr(&isr, o(0), 2_100, lag_max_ms), None);
+        leader.on_fetch(BrokerId(3), 1, o(190), o(190), 2_200);
         assert_eq!(
-            leader.desired_isr(&isr, 0, 2_200, lag_max_ms),
+            leader.desired_isr(&isr, o(0), 2_200, lag_max_ms),
             Some(b(&[1, 2, 3]))
         );
         // Not before it reached the start of this leader's epoch.
-        assert_eq!(leader.desired_isr(&isr, 500, 2_200, lag_max_ms), None);
+        assert_eq!(leader.desired_isr(&isr, o(500), 2_200, lag_max_ms), None);
     }
 
     /// KIP-903: a follower that restarted (a new broker epoch) starts over;
@@ -329,33 +343,33 @@ mod tests {
     #[test]
     fn a_restarted_follower_starts_over() {
         let lag_max_ms = 1_000;
-        let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2]), 0, 0);
-        leader.on_fetch(BrokerId(2), 7, 100, 100, 10);
-        assert_eq!(leader.update_high_watermark(&b(&[1, 2]), 100), 100);
+        let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2]), o(0), 0);
+        leader.on_fetch(BrokerId(2), 7, o(100), o(100), 10);
+        assert_eq!(leader.update_high_watermark(&b(&[1, 2]), o(100)), o(100));
         // 2 left the ISR (say it was fenced), then restarted with epoch 9.
         assert_eq!(
-            leader.desired_isr(&b(&[1]), 0, 20, lag_max_ms),
+            leader.desired_isr(&b(&[1]), o(0), 20, lag_max_ms),
             Some(b(&[1, 2])),
             "caught up before the restart"
         );
         assert_eq!(
-            leader.on_fetch(BrokerId(2), 9, 40, 100, 30),
+            leader.on_fetch(BrokerId(2), 9, o(40), o(100), 30),
             FetchAccepted::Accepted
         );
         assert_eq!(
-            leader.desired_isr(&b(&[1]), 0, 40, lag_max_ms),
+            leader.desired_isr(&b(&[1]), o(0), 40, lag_max_ms),
             None,
             "its new incarnation is behind the high watermark"
         );
         assert_eq!(
-            leader.on_fetch(BrokerId(2), 7, 100, 100, 50),
+            leader.on_fetch(BrokerId(2), 7, o(100), o(100), 50),
             FetchAccepted::StaleBrokerEpoch,
             "the old incarnation cannot speak for it"
         );
-        assert_eq!(leader.follower_log_end(BrokerId(2)), Some(40));
-        leader.on_fetch(BrokerId(2), 9, 100, 100, 60);
+        assert_eq!(leader.follower_log_end(BrokerId(2)), Some(o(40)));
+        leader.on_fetch(BrokerId(2), 9, o(100), o(100), 60);
         assert_eq!(
-            leader.desired_isr(&b(&[1]), 0, 60, lag_max_ms),
+            leader.desired_isr(&b(&[1]), o(0), 60, lag_max_ms),
             Some(b(&[1, 2]))
         );
         assert_eq!(leader.member_epochs(&b(&[1, 2]), 5), vec![5, 9]);
@@ -363,7 +377,8 @@ mod tests {
 
     #[test]
     fn follower_fetches_are_checked_against_the_leadership_and_the_epochs() {
-        let epochs = EpochHistory::from_entries(vec![(1, 0), (3, 10)]);
+        let epochs =
+            EpochHistory::from_entries(vec![(LeaderEpoch(1), o(0)), (LeaderEpoch(3), o(10))]);
         let fetch = FollowerFetch {
             broker_id: BrokerId(2),
             broker_epoch: 5,
@@ -371,15 +386,15 @@ mod tests {
             last_fetched_epoch: LeaderEpoch(3),
         };
         assert_eq!(
-            check_follower_fetch(LeaderEpoch(3), &fetch, 12, &epochs, 20),
+            check_follower_fetch(LeaderEpoch(3), &fetch, o(12), &epochs, o(20)),
             FollowerFetchCheck::Serve
         );
         assert!(matches!(
-            check_follower_fetch(LeaderEpoch(4), &fetch, 12, &epochs, 20),
+            check_follower_fetch(LeaderEpoch(4), &fetch, o(12), &epochs, o(20)),
             FollowerFetchCheck::Refuse(ErrorCode::StaleLeaderEpoch, _)
         ));
         assert!(matches!(
-            check_follower_fetch(LeaderEpoch(2), &fetch, 12, &epochs, 20),
+            check_follower_fetch(LeaderEpoch(2), &fetch, o(12), &epochs, o(20)),
             FollowerFetchCheck::Refuse(ErrorCode::NotLeaderOrFollower, _)
         ));
         // Wrote epoch 1 past where the leader's epoch 1 ended.
@@ -388,10 +403,10 @@ mod tests {
             ..fetch
         };
         assert_eq!(
-            check_follower_fetch(LeaderEpoch(3), &behind, 14, &epochs, 20),
+            check_follower_fetch(LeaderEpoch(3), &behind, o(14), &epochs, o(20)),
             FollowerFetchCheck::Diverging {
-                epoch: 1,
-                end_offset: 10
+                epoch: LeaderEpoch(1),
+                end_offset: o(10)
             }
         );
         // An epoch the leader never had.
@@ -400,10 +415,10 @@ mod tests {
             ..fetch
         };
         assert_eq!(
-            check_follower_fetch(LeaderEpoch(3), &unknown, 11, &epochs, 20),
+            check_follower_fetch(LeaderEpoch(3), &unknown, o(11), &epochs, o(20)),
             FollowerFetchCheck::Diverging {
-                epoch: 1,
-                end_offset: 10
+                epoch: LeaderEpoch(1),
+                end_offset: o(10)
             }
         );
     }

@@ -7,7 +7,7 @@
 //! controller) and keeps the high watermark, which waiters wait on. The
 //! simulator drives the same state machine.
 
-use protocol::{BrokerId, ErrorCode, LeaderEpoch, PartitionEpoch};
+use protocol::{BrokerId, ErrorCode, LeaderEpoch, Offset, PartitionEpoch};
 
 use super::ack::{self, AckDecision, AckView};
 use super::epochs::EpochHistory;
@@ -36,8 +36,8 @@ pub enum FollowerFetchVerdict {
     Refuse(ErrorCode, String),
     /// The follower's log parts from this one: it cuts first.
     Diverging {
-        epoch: i32,
-        end_offset: i64,
+        epoch: LeaderEpoch,
+        end_offset: Offset,
     },
 }
 
@@ -101,8 +101,8 @@ impl ReplicaCore {
     pub fn apply_role(
         &mut self,
         role: Role,
-        log_end: i64,
-        high_watermark: i64,
+        log_end: Offset,
+        high_watermark: Offset,
         now_ms: u64,
     ) -> Option<RoleApplied> {
         let (new_leadership, demoted) = match role_change(&self.role, &role) {
@@ -115,7 +115,7 @@ impl ReplicaCore {
         self.role = role;
         let mut epochs_changed = false;
         if new_leadership {
-            epochs_changed = self.epochs.assign(self.role.leader_epoch.0, log_end);
+            epochs_changed = self.epochs.assign(self.role.leader_epoch, log_end);
             self.leader = Some(LeaderState::new(
                 self.me,
                 &self.role.replicas,
@@ -136,14 +136,14 @@ impl ReplicaCore {
 
     /// Records that `epoch` starts at `start` (an append); true if the
     /// history changed and must be saved.
-    pub fn note_epoch(&mut self, epoch: i32, start: i64) -> bool {
+    pub fn note_epoch(&mut self, epoch: LeaderEpoch, start: Offset) -> bool {
         let changed = self.epochs.assign(epoch, start);
         self.check();
         changed
     }
 
     /// The log was cut to end at `new_end`; true if the history changed.
-    pub fn cut(&mut self, new_end: i64) -> bool {
+    pub fn cut(&mut self, new_end: Offset) -> bool {
         let changed = self.epochs.truncate_to(new_end);
         self.check();
         changed
@@ -162,7 +162,7 @@ impl ReplicaCore {
         if self.role.leader {
             assert_eq!(
                 self.epochs.latest_epoch(),
-                Some(self.role.leader_epoch.0),
+                Some(self.role.leader_epoch),
                 "a leader's epoch history ends in its own epoch"
             );
         }
@@ -170,7 +170,7 @@ impl ReplicaCore {
 
     /// A leader's high watermark from its ISR's progress and its own stable
     /// offset, never below `current`; `None` when not leading.
-    pub fn high_watermark(&mut self, current: i64, stable_end: i64) -> Option<i64> {
+    pub fn high_watermark(&mut self, current: Offset, stable_end: Offset) -> Option<Offset> {
         let state = self.leader.as_mut()?;
         Some(current.max(state.update_high_watermark(&self.role.isr, stable_end)))
     }
@@ -182,8 +182,8 @@ impl ReplicaCore {
     pub fn follower_fetch(
         &mut self,
         fetch: &FollowerFetch,
-        offset: i64,
-        log_end: i64,
+        offset: Offset,
+        log_end: Offset,
         registered_epoch: Option<i64>,
         now_ms: u64,
     ) -> FollowerFetchVerdict {
@@ -230,7 +230,7 @@ impl ReplicaCore {
     }
 
     /// What this follower does with its leader's answer.
-    pub fn follower_action(&self, answer: &LeaderAnswer, own_log_end: i64) -> FollowerAction {
+    pub fn follower_action(&self, answer: &LeaderAnswer, own_log_end: Offset) -> FollowerAction {
         follower::decide(answer, own_log_end, &self.epochs)
     }
 
@@ -246,7 +246,10 @@ impl ReplicaCore {
             return None;
         }
         let state = self.leader.as_ref()?;
-        let epoch_start = self.epochs.start_of(self.role.leader_epoch.0).unwrap_or(0);
+        let epoch_start = self
+            .epochs
+            .start_of(self.role.leader_epoch)
+            .unwrap_or(Offset::ZERO);
         let new_isr = state.desired_isr(&self.role.isr, epoch_start, now_ms, lag_max_ms)?;
         let new_isr_epochs = state.member_epochs(&new_isr, my_broker_epoch);
         self.alter_isr_in_flight = true;
@@ -282,7 +285,12 @@ impl ReplicaCore {
 
     /// Whether an acks=all write of `[.., end)` appended at `leader_epoch`
     /// may be answered, with the high watermark at `high_watermark`.
-    pub fn ack(&self, leader_epoch: LeaderEpoch, high_watermark: i64, end: i64) -> AckDecision {
+    pub fn ack(
+        &self,
+        leader_epoch: LeaderEpoch,
+        high_watermark: Offset,
+        end: Offset,
+    ) -> AckDecision {
         ack::decide(AckView {
             leads_at_append_epoch: self.leads_at(leader_epoch),
             high_watermark,
@@ -298,6 +306,10 @@ mod tests {
     use super::super::role::tests::role;
     use super::*;
 
+    fn o(offset: i64) -> Offset {
+        Offset(offset)
+    }
+
     #[test]
     fn a_leadership_starts_its_epoch_and_a_demotion_fails_its_writes() {
         let mut core = ReplicaCore::new(
@@ -306,11 +318,14 @@ mod tests {
             EpochHistory::default(),
         );
         let applied = core
-            .apply_role(role(true, 3, 4, &[1, 2]), 10, 8, 0)
+            .apply_role(role(true, 3, 4, &[1, 2]), o(10), o(8), 0)
             .unwrap();
         assert!(applied.new_leadership && applied.epochs_changed && !applied.demoted);
-        assert_eq!(core.epochs().start_of(3), Some(10));
-        assert_eq!(core.apply_role(role(true, 3, 4, &[1, 2]), 10, 8, 0), None);
+        assert_eq!(core.epochs().start_of(LeaderEpoch(3)), Some(o(10)));
+        assert_eq!(
+            core.apply_role(role(true, 3, 4, &[1, 2]), o(10), o(8), 0),
+            None
+        );
         // Appended [10, 12) at epoch 3; the follower has fetched past it.
         let fetch = FollowerFetch {
             broker_id: BrokerId(2),
@@ -319,16 +334,24 @@ mod tests {
             last_fetched_epoch: LeaderEpoch(3),
         };
         assert_eq!(
-            core.follower_fetch(&fetch, 12, 12, Some(5), 1),
+            core.follower_fetch(&fetch, o(12), o(12), Some(5), 1),
             FollowerFetchVerdict::Serve
         );
-        assert_eq!(core.high_watermark(8, 12), Some(12));
-        assert_eq!(core.ack(LeaderEpoch(3), 12, 12), AckDecision::Committed);
-        let applied = core.apply_role(role(false, 4, 5, &[2]), 12, 12, 2).unwrap();
-        assert!(applied.demoted);
-        assert_eq!(core.ack(LeaderEpoch(3), 12, 12), AckDecision::NotLeader);
+        assert_eq!(core.high_watermark(o(8), o(12)), Some(o(12)));
         assert_eq!(
-            core.high_watermark(12, 12),
+            core.ack(LeaderEpoch(3), o(12), o(12)),
+            AckDecision::Committed
+        );
+        let applied = core
+            .apply_role(role(false, 4, 5, &[2]), o(12), o(12), 2)
+            .unwrap();
+        assert!(applied.demoted);
+        assert_eq!(
+            core.ack(LeaderEpoch(3), o(12), o(12)),
+            AckDecision::NotLeader
+        );
+        assert_eq!(
+            core.high_watermark(o(12), o(12)),
             None,
             "followers keep no leader state"
         );
@@ -341,15 +364,16 @@ mod tests {
             &role(false, 0, 0, &[1, 2]),
             EpochHistory::default(),
         );
-        core.apply_role(role(true, 1, 1, &[1, 2]), 0, 0, 0).unwrap();
+        core.apply_role(role(true, 1, 1, &[1, 2]), o(0), o(0), 0)
+            .unwrap();
         let fetch = FollowerFetch {
             broker_id: BrokerId(2),
             broker_epoch: 5,
             current_leader_epoch: LeaderEpoch(1),
-            last_fetched_epoch: LeaderEpoch(-1),
+            last_fetched_epoch: LeaderEpoch::NONE,
         };
         assert!(matches!(
-            core.follower_fetch(&fetch, 0, 0, Some(7), 0),
+            core.follower_fetch(&fetch, o(0), o(0), Some(7), 0),
             FollowerFetchVerdict::Refuse(ErrorCode::NotLeaderOrFollower, _)
         ));
         // Follower 2 never fetches: after the lag bound it leaves the ISR.
@@ -360,7 +384,7 @@ mod tests {
         let next = core
             .isr_changed(LeaderEpoch(1), vec![BrokerId(1)], PartitionEpoch(2))
             .unwrap();
-        assert!(core.apply_role(next, 0, 0, 5_002).is_some());
+        assert!(core.apply_role(next, o(0), o(0), 5_002).is_some());
         assert_eq!(core.role().isr, vec![BrokerId(1)]);
         assert_eq!(
             core.isr_changed(LeaderEpoch(0), vec![], PartitionEpoch(3)),

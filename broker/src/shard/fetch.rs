@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use protocol::{ErrorCode, LeaderEpoch, Offset};
+use protocol::{ErrorCode, Offset};
 
 use super::{
     FetchOutcome, FetchReader, Isolation, OpError, PartitionDetail, Replica, ReplicaFetch, Shard,
@@ -132,7 +132,7 @@ impl Shard {
         offset: Offset,
     ) -> Option<FetchOutcome> {
         use crate::replication::replica::FollowerFetchVerdict;
-        let end = replica.log.log_end_offset().0;
+        let end = replica.log.log_end_offset();
         let registered = self
             .view
             .borrow()
@@ -143,7 +143,7 @@ impl Shard {
         let verdict = replica
             .core
             .borrow_mut()
-            .follower_fetch(f, offset.0, end, registered, now_ms);
+            .follower_fetch(f, offset, end, registered, now_ms);
         match verdict {
             FollowerFetchVerdict::Serve => {
                 self.update_high_watermark(replica);
@@ -160,8 +160,8 @@ impl Shard {
             FollowerFetchVerdict::Diverging { epoch, end_offset } => Some(FetchOutcome {
                 high_watermark: Offset(replica.high_watermark.get()),
                 log_start_offset: replica.log.log_start_offset(),
-                log_end_offset: Offset(end),
-                diverging: Some((LeaderEpoch(epoch), Offset(end_offset))),
+                log_end_offset: end,
+                diverging: Some((epoch, end_offset)),
                 ..FetchOutcome::default()
             }),
         }

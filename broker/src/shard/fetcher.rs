@@ -69,9 +69,12 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
                 partition: key.partition,
                 fetch_offset: replica.log.log_end_offset().0,
                 current_leader_epoch: *epoch,
-                last_fetched_epoch: LeaderEpoch(
-                    replica.core.borrow().epochs().latest_epoch().unwrap_or(-1),
-                ),
+                last_fetched_epoch: replica
+                    .core
+                    .borrow()
+                    .epochs()
+                    .latest_epoch()
+                    .unwrap_or(LeaderEpoch::NONE),
             })
             .collect();
         let body = encode_replica_fetch(

@@ -71,14 +71,8 @@ impl Shard {
         if !still_following() {
             return Ok(());
         }
-        let answer = LeaderAnswer {
-            error: fetched.error,
-            high_watermark: fetched.high_watermark,
-            log_start_offset: fetched.log_start_offset,
-            log_end_offset: fetched.log_end_offset,
-            diverging: fetched.diverging,
-        };
-        let own_end = replica.log.log_end_offset().0;
+        let answer = LeaderAnswer::from_wire(&fetched);
+        let own_end = replica.log.log_end_offset();
         let action = replica.core.borrow().follower_action(&answer, own_end);
         match action {
             FollowerAction::Retry => Err(OpError::new(
@@ -86,28 +80,28 @@ impl Shard {
                 format!("leader refused the fetch at {own_end}"),
             )),
             FollowerAction::Truncate(cut) => {
-                tracing::warn!(topic = %key.topic, partition = key.partition, from = own_end, to = cut, %leader_epoch, "truncating a diverged follower log");
+                tracing::warn!(topic = %key.topic, partition = key.partition, from = %own_end, to = %cut, %leader_epoch, "truncating a diverged follower log");
                 let cut_done = replica
                     .log
-                    .truncate_to_if(Offset(cut), still_following_owned)
+                    .truncate_to_if(cut, still_following_owned)
                     .await
                     .map_err(|e| self.log_error(e))?;
                 if let Some(new_end) = cut_done {
-                    self.after_cut(key, replica, new_end.0);
+                    self.after_cut(key, replica, new_end);
                 }
                 Ok(())
             }
             FollowerAction::RestartAt(start) => {
-                tracing::warn!(topic = %key.topic, partition = key.partition, own_end, leader_log_start = start, "the leader's log starts past this replica's end; starting over there");
+                tracing::warn!(topic = %key.topic, partition = key.partition, own_end = %own_end, leader_log_start = %start, "the leader's log starts past this replica's end; starting over there");
                 let done = replica
                     .log
-                    .reset_to_if(Offset(start), still_following_owned)
+                    .reset_to_if(start, still_following_owned)
                     .await
                     .map_err(|e| self.log_error(e))?;
                 if done {
                     self.after_cut(key, replica, start);
                     // Everything below the leader's log start is committed.
-                    replica.high_watermark.set(start);
+                    replica.high_watermark.set(start.0);
                 }
                 Ok(())
             }
@@ -116,10 +110,10 @@ impl Shard {
                     .await?;
                 if still_following() {
                     let hw = crate::replication::follower::follower_high_watermark(
-                        fetched.high_watermark,
-                        replica.log.log_end_offset().0,
+                        answer.high_watermark,
+                        replica.log.log_end_offset(),
                     );
-                    replica.high_watermark.set(hw);
+                    replica.high_watermark.set(hw.0);
                 }
                 Ok(())
             }
@@ -128,14 +122,14 @@ impl Shard {
 
     /// After a follower's log was cut (or restarted) so it ends at `new_end`:
     /// the epoch history, cached batches and watermarks follow the log.
-    pub(super) fn after_cut(&self, key: &PartitionKey, replica: &Replica, new_end: i64) {
+    pub(super) fn after_cut(&self, key: &PartitionKey, replica: &Replica, new_end: Offset) {
         self.cache.borrow_mut().remove_partition(key);
         if replica.core.borrow_mut().cut(new_end) {
             replica.save_epochs();
         }
-        replica.log_end.set(new_end);
-        if replica.high_watermark.get() > new_end {
-            replica.high_watermark.reset(new_end);
+        replica.log_end.set(new_end.0);
+        if replica.high_watermark.get() > new_end.0 {
+            replica.high_watermark.reset(new_end.0);
         }
     }
 
@@ -164,14 +158,14 @@ impl Shard {
             }
             let bytes = &rest[..used];
             rest = &rest[used..];
-            let log_end = replica.log.log_end_offset().0;
-            if header.next_offset().0 <= log_end {
+            let log_end = replica.log.log_end_offset();
+            if header.next_offset() <= log_end {
                 continue;
             }
             // A batch of a new epoch lands only once the saved history names
             // that epoch (`EpochSaver`).
-            if header.base_offset.0 == log_end {
-                self.note_epoch(replica, header.partition_leader_epoch.0, log_end);
+            if header.base_offset == log_end {
+                self.note_epoch(replica, header.partition_leader_epoch, log_end);
             }
             replica.epochs_saved(self).await;
             if !still_following() {
@@ -181,7 +175,7 @@ impl Shard {
                 Ok(info) => info,
                 Err(e) => {
                     // The epoch noted for a batch that did not land goes too.
-                    let end = replica.log.log_end_offset().0;
+                    let end = replica.log.log_end_offset();
                     if replica.core.borrow_mut().cut(end) {
                         replica.save_epochs();
                     }

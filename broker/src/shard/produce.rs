@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use protocol::{ErrorCode, LeaderEpoch};
+use protocol::{ErrorCode, LeaderEpoch, Offset};
 
 use super::{OpError, ProduceOutcome, Replica, Shard, ISR_CHECK_MS};
 use crate::partition::PartitionKey;
@@ -154,7 +154,7 @@ impl Shard {
             !replica
                 .core
                 .borrow_mut()
-                .note_epoch(leader_epoch.0, info.base_offset.0),
+                .note_epoch(leader_epoch, info.base_offset),
             "a leader's epoch is in its history before it appends"
         );
         self.cache
@@ -233,11 +233,11 @@ impl Shard {
         use crate::replication::ack::AckDecision;
         let deadline = self.clock.now_ms().saturating_add(timeout_ms as i64);
         loop {
-            let decision =
-                replica
-                    .core
-                    .borrow()
-                    .ack(leader_epoch, replica.high_watermark.get(), end);
+            let decision = replica.core.borrow().ack(
+                leader_epoch,
+                Offset(replica.high_watermark.get()),
+                Offset(end),
+            );
             match decision {
                 AckDecision::Committed => return Ok(()),
                 AckDecision::NotLeader => {
@@ -290,7 +290,7 @@ impl Shard {
     }
 
     /// Records that `epoch` starts at `start` if it is new, durably.
-    pub(super) fn note_epoch(&self, replica: &Replica, epoch: i32, start: i64) {
+    pub(super) fn note_epoch(&self, replica: &Replica, epoch: LeaderEpoch, start: Offset) {
         let changed = replica.core.borrow_mut().note_epoch(epoch, start);
         if changed {
             replica.save_epochs();
@@ -300,15 +300,15 @@ impl Shard {
     /// A leader's high watermark from its ISR's progress and its own stable
     /// offset; wakes consumers.
     pub(super) fn update_high_watermark(&self, replica: &Replica) {
-        let end = replica.log.stable_offset().0;
-        let current = replica.high_watermark.get();
+        let end = replica.log.stable_offset();
+        let current = Offset(replica.high_watermark.get());
         if let Some(hw) = replica.core.borrow_mut().high_watermark(current, end) {
-            let log_end = replica.log.log_end_offset().0;
+            let log_end = replica.log.log_end_offset();
             assert!(
                 hw <= log_end,
                 "a leader's high watermark {hw} passed its log end {log_end}"
             );
-            replica.high_watermark.advance(hw);
+            replica.high_watermark.advance(hw.0);
         }
     }
 }

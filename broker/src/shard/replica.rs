@@ -13,7 +13,7 @@ use crate::partition::PartitionKey;
 use crate::replication::epochs::EpochHistory;
 use crate::replication::replica::ReplicaCore;
 use crate::runtime::{self, SerialGate, Watermark};
-use protocol::{BrokerId, LeaderEpoch};
+use protocol::{BrokerId, LeaderEpoch, Offset};
 
 #[derive(Debug)]
 pub struct Replica {
@@ -108,11 +108,11 @@ impl Replica {
         // that asks about older ones is cut back further than needed, never
         // too little.
         let fallback = if log.log_end_offset() > log.log_start_offset() {
-            EpochHistory::from_entries(vec![(log.latest_epoch().0, log.log_start_offset().0)])
+            EpochHistory::from_entries(vec![(log.latest_epoch(), log.log_start_offset())])
         } else {
             EpochHistory::default()
         };
-        let epochs = EpochHistory::load(log.dir(), log.log_end_offset().0, fallback);
+        let epochs = EpochHistory::load(log.dir(), log.log_end_offset(), fallback);
         Replica {
             topic_id,
             log,
@@ -157,9 +157,9 @@ impl Shard {
     /// `shard::fetcher`.
     pub(super) fn set_role(&self, key: &PartitionKey, replica: &Replica, role: Role) {
         let old = replica.role().clone();
-        let end = replica.log.log_end_offset().0;
+        let end = replica.log.log_end_offset();
         let now_ms = self.clock.now_ms().max(0) as u64;
-        let hw = replica.high_watermark.get();
+        let hw = Offset(replica.high_watermark.get());
         let applied = replica
             .core
             .borrow_mut()
@@ -245,12 +245,18 @@ mod tests {
         runtime::run_local(async move {
             let saver = Rc::new(EpochSaver::default());
             for latest in 1..=5 {
-                let entries = (1..=latest).map(|e| (e, i64::from(e) * 10)).collect();
+                let entries = (1..=latest)
+                    .map(|e| (LeaderEpoch(e), Offset(i64::from(e) * 10)))
+                    .collect();
                 saver.request(path.clone(), EpochHistory::from_entries(entries));
             }
             saver.flushed().await;
-            let saved = EpochHistory::load(&path, 100, EpochHistory::default());
-            assert_eq!(saved.latest_epoch(), Some(5), "the newest history won");
+            let saved = EpochHistory::load(&path, Offset(100), EpochHistory::default());
+            assert_eq!(
+                saved.latest_epoch(),
+                Some(LeaderEpoch(5)),
+                "the newest history won"
+            );
             assert_eq!(saved.entries().len(), 5);
             assert_eq!(saver.take_failures(), 0);
             // A failed save is counted, and waiting for it still ends.
