@@ -130,6 +130,7 @@ fn run_storage(args: &Args, seeds: Vec<u64>) -> ExitCode {
                 total.acked_batches += report.acked_batches;
                 total.power_losses += report.power_losses;
                 total.writes_torn += report.writes_torn;
+                total.names_reverted += report.names_reverted;
                 total.truncations += report.truncations;
                 total.records_checked += report.records_checked;
                 if args.seed.is_some() {
@@ -146,12 +147,13 @@ fn run_storage(args: &Args, seeds: Vec<u64>) -> ExitCode {
         }
     }
     println!(
-        "storage: {passed} seeds passed, {} failed {:?}; {} batches acknowledged, {} power losses ({} writes torn), {} truncations, {} recovered records checked in {:.1} s",
+        "storage: {passed} seeds passed, {} failed {:?}; {} batches acknowledged, {} power losses ({} writes torn, {} directory entries undone or brought back), {} truncations, {} recovered records checked in {:.1} s",
         failed.len(),
         failed,
         total.acked_batches,
         total.power_losses,
         total.writes_torn,
+        total.names_reverted,
         total.truncations,
         total.records_checked,
         started.elapsed().as_secs_f64()

@@ -66,6 +66,9 @@ pub struct StorageReport {
     pub power_losses: u64,
     pub writes_torn: u64,
     pub changes_lost: u64,
+    /// Names a power loss removed or brought back because their directory
+    /// had not been synced since they changed.
+    pub names_reverted: u64,
     pub records_checked: u64,
     /// Resent batches the log answered as duplicates of their first copy.
     pub duplicates: u64,
@@ -289,7 +292,11 @@ fn run_in(
         ..Model::default()
     }));
     let disk = sim::SimDisk::new();
-    let dir = root.join("sim-0");
+    let data = root.join("data");
+    // Directory entries are durable only once their directory is synced.
+    disk.watch(&data, &root.join("shadow"))
+        .expect("the simulated disk watches the data directory");
+    let dir = data.join("sim-0");
     let policy = config(seed).flush_policy;
     let fail = |model: &Rc<RefCell<Model>>, violation: String| {
         let model = model.borrow();
@@ -309,12 +316,21 @@ fn run_in(
         };
         let last = life + 1 == options.lives;
         let length_ms = 50 + life_seed % options.life_ms_max.max(1);
+        // The last life, and one in four of the others, stops its workload
+        // and closes cleanly (the next open then finds the clean-shutdown
+        // marker, which a later power loss must not bring back); the others
+        // run until the kill.
+        let close_after_ms = if last {
+            Some(300)
+        } else {
+            (life_seed % 4 == 1).then_some(length_ms / 2)
+        };
         let (m, d, o) = (model.clone(), dir.clone(), options.clone());
         let outcome = sim::run(
             &sim_config,
             &disk,
             Some(Duration::from_millis(if last { 60_000 } else { length_ms })),
-            async move { one_life(seed, d, m, o, last).await },
+            async move { one_life(seed, d, m, o, close_after_ms).await },
         );
         match outcome {
             Ok(()) => trace(&model, format!("life {life}: closed cleanly")),
@@ -349,6 +365,7 @@ fn run_in(
             m.report.power_losses += 1;
             m.report.writes_torn += loss.writes_torn as u64;
             m.report.changes_lost += loss.changes_lost as u64;
+            m.report.names_reverted += loss.names_reverted as u64;
             drop(m);
             trace(&model, format!("life {life}: power loss {loss:?}"));
         }
@@ -368,20 +385,21 @@ fn run_in(
 }
 
 /// One life: open (recovering), check what came back, then run the workload
-/// until killed; the last life instead stops the workload and closes.
+/// until killed, or with `close_after_ms` stop it then, close, reopen and
+/// check again (a kill may still come in the middle of that).
 async fn one_life(
     seed: u64,
     dir: PathBuf,
     model: Rc<RefCell<Model>>,
     options: StorageOptions,
-    last: bool,
+    close_after_ms: Option<u64>,
 ) {
     let clock = Rc::new(sim::SimClock::new());
     let Some(log) = open_and_check(&dir, seed, &clock, &model, "recovery").await else {
         return;
     };
-    // Set to end the workload of the last life: each loop stops between two
-    // operations before the clean close; a kill instead drops them all.
+    // Set to end the workload before a clean close: each loop stops between
+    // two operations; a kill instead drops them all.
     let stop = Rc::new(std::cell::Cell::new(false));
     let mut tasks = Vec::new();
     for writer in 0..options.appenders {
@@ -412,9 +430,9 @@ async fn one_life(
         model.clone(),
         stop.clone(),
     )));
-    if last {
-        // A short workload, then a clean close and one more recovery.
-        runtime::sleep(Duration::from_millis(300)).await;
+    if let Some(close_after_ms) = close_after_ms {
+        // A workload, then a clean close and one more recovery.
+        runtime::sleep(Duration::from_millis(close_after_ms)).await;
         stop.set(true);
         for task in tasks {
             task.await;
@@ -716,7 +734,11 @@ async fn demoter(
         if end <= start {
             continue;
         }
-        let target = end - 1 - sim::random_below((end - start).min(40) as u64) as i64;
+        // Mostly a few records (a leader's unreplicated tail); now and then
+        // deep enough to remove whole segments, whose unlinks a power loss
+        // may undo unless the directory was synced.
+        let depth_max = if sim::random_below(8) == 0 { 400 } else { 40 };
+        let target = end - 1 - sim::random_below((end - start).min(depth_max) as u64) as i64;
         {
             let mut m = model.borrow_mut();
             m.cuts.push(target);

@@ -65,6 +65,8 @@ pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<(
 
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     fs::File::open(dir)?.sync_all()?;
+    // A simulated disk takes the directory's entries as durable from here.
+    crate::runtime::sim::directory_synced(dir)?;
     if let Some(synced) = SYNCED_DIRS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
