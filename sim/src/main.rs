@@ -78,16 +78,42 @@ fn main() -> ExitCode {
         return run_storage(&args, seeds);
     }
     let started = Instant::now();
-    let (mut passed, mut failed) = (0u64, Vec::new());
     let (mut acked_all, mut committed, mut events) = (0u64, 0u64, 0u64);
+    let (passed, failed) = run_seeds(
+        &args,
+        seeds,
+        |seed| sim::run(seed, &options),
+        |report| {
+            acked_all += report.acked_all;
+            committed += report.committed;
+            events += report.events;
+        },
+    );
+    println!(
+        "{passed} seeds passed, {} failed {:?}; {acked_all} acks=all records acknowledged, {committed} committed, {events} events in {:.1} s",
+        failed.len(),
+        failed,
+        started.elapsed().as_secs_f64()
+    );
+    exit_code(&failed)
+}
+
+/// Runs each seed in turn (a failure is printed; `--fail-fast` stops at the
+/// first), adding each passing seed's report with `add`; returns how many
+/// passed and which failed.
+fn run_seeds<R: std::fmt::Debug, E: std::fmt::Display>(
+    args: &Args,
+    seeds: Vec<u64>,
+    run: impl Fn(u64) -> Result<R, E>,
+    mut add: impl FnMut(&R),
+) -> (u64, Vec<u64>) {
+    let (mut passed, mut failed) = (0u64, Vec::new());
     for seed in seeds {
         CURRENT_SEED.store(seed, Ordering::Relaxed);
-        match sim::run(seed, &options) {
+        match run(seed) {
             Ok(report) => {
                 passed += 1;
-                acked_all += report.acked_all;
-                committed += report.committed;
-                events += report.events;
+                add(&report);
                 if args.seed.is_some() {
                     println!("{report:?}");
                 }
@@ -101,12 +127,10 @@ fn main() -> ExitCode {
             }
         }
     }
-    println!(
-        "{passed} seeds passed, {} failed {:?}; {acked_all} acks=all records acknowledged, {committed} committed, {events} events in {:.1} s",
-        failed.len(),
-        failed,
-        started.elapsed().as_secs_f64()
-    );
+    (passed, failed)
+}
+
+fn exit_code(failed: &[u64]) -> ExitCode {
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -120,32 +144,20 @@ fn run_storage(args: &Args, seeds: Vec<u64>) -> ExitCode {
         ..Default::default()
     };
     let started = Instant::now();
-    let (mut passed, mut failed) = (0u64, Vec::new());
     let mut total = sim::storage::StorageReport::default();
-    for seed in seeds {
-        CURRENT_SEED.store(seed, Ordering::Relaxed);
-        match sim::storage::run(seed, &options) {
-            Ok(report) => {
-                passed += 1;
-                total.acked_batches += report.acked_batches;
-                total.power_losses += report.power_losses;
-                total.writes_torn += report.writes_torn;
-                total.names_reverted += report.names_reverted;
-                total.truncations += report.truncations;
-                total.records_checked += report.records_checked;
-                if args.seed.is_some() {
-                    println!("{report:?}");
-                }
-            }
-            Err(failure) => {
-                eprintln!("{failure}");
-                failed.push(seed);
-                if args.fail_fast {
-                    break;
-                }
-            }
-        }
-    }
+    let (passed, failed) = run_seeds(
+        args,
+        seeds,
+        |seed| sim::storage::run(seed, &options),
+        |report| {
+            total.acked_batches += report.acked_batches;
+            total.power_losses += report.power_losses;
+            total.writes_torn += report.writes_torn;
+            total.names_reverted += report.names_reverted;
+            total.truncations += report.truncations;
+            total.records_checked += report.records_checked;
+        },
+    );
     println!(
         "storage: {passed} seeds passed, {} failed {:?}; {} batches acknowledged, {} power losses ({} writes torn, {} directory entries undone or brought back), {} truncations, {} recovered records checked in {:.1} s",
         failed.len(),
@@ -158,9 +170,5 @@ fn run_storage(args: &Args, seeds: Vec<u64>) -> ExitCode {
         total.records_checked,
         started.elapsed().as_secs_f64()
     );
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    exit_code(&failed)
 }

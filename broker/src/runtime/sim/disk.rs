@@ -528,10 +528,14 @@ mod tests {
     fn scratch(name: &str) -> PathBuf {
         let root =
             std::env::temp_dir().join(format!("ringlog-sim-ns-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let _ = std::fs::remove_dir_all(root.with_extension("shadow"));
+        clean(&root);
         std::fs::create_dir_all(&root).unwrap();
         root
+    }
+
+    fn clean(root: &Path) {
+        let _ = std::fs::remove_dir_all(root);
+        let _ = std::fs::remove_dir_all(root.with_extension("shadow"));
     }
 
     #[test]
@@ -539,7 +543,7 @@ mod tests {
         let root = scratch("create");
         let (mut lost, mut kept) = (0, 0);
         for seed in 0..32 {
-            let _ = std::fs::remove_dir_all(&root);
+            clean(&root);
             with_power_loss(seed, &root, |dir| {
                 std::fs::write(dir.join("synced"), b"one").unwrap();
                 sync_dir(dir);
@@ -562,8 +566,7 @@ mod tests {
             }
         }
         assert!(lost > 0 && kept > 0, "lost {lost}, kept {kept}");
-        let _ = std::fs::remove_dir_all(&root);
-        let _ = std::fs::remove_dir_all(root.with_extension("shadow"));
+        clean(&root);
     }
 
     #[test]
@@ -571,7 +574,7 @@ mod tests {
         let root = scratch("rename");
         let (mut undone, mut done) = (0, 0);
         for seed in 0..32 {
-            let _ = std::fs::remove_dir_all(&root);
+            clean(&root);
             with_power_loss(seed, &root, |dir| {
                 std::fs::write(dir.join("checkpoint"), b"old").unwrap();
                 std::fs::write(dir.join("doomed"), b"segment").unwrap();
@@ -594,7 +597,6 @@ mod tests {
             }
         }
         assert!(undone > 0 && done > 0, "undone {undone}, done {done}");
-        let _ = std::fs::remove_dir_all(&root);
-        let _ = std::fs::remove_dir_all(root.with_extension("shadow"));
+        clean(&root);
     }
 }
