@@ -50,7 +50,7 @@ fn sync(follower: &mut Replica, leader: &Replica, leader_epoch: i32) -> usize {
         let fetch_offset = follower.end();
         let fetch = FollowerFetch {
             broker_id: BrokerId(2),
-            broker_epoch: 1,
+            broker_epoch: protocol::BrokerEpoch(1),
             current_leader_epoch: LeaderEpoch(leader_epoch),
             last_fetched_epoch: follower.history.latest_epoch().unwrap_or(LeaderEpoch::NONE),
         };

@@ -92,6 +92,17 @@ impl MemberEpoch {
     pub const LEAVE_STATIC: MemberEpoch = MemberEpoch(-2);
 }
 
+impl BrokerEpoch {
+    /// No registration known: a broker that has not registered yet, or the
+    /// wire's -1.
+    pub const UNKNOWN: BrokerEpoch = BrokerEpoch(0);
+
+    /// The epoch as the wire carries it, where a negative value says unknown.
+    pub fn from_wire(epoch: i64) -> BrokerEpoch {
+        u64::try_from(epoch).map_or(BrokerEpoch::UNKNOWN, BrokerEpoch)
+    }
+}
+
 impl LeaderEpoch {
     /// No epoch: asked about or answered for a log that has none (Kafka's -1).
     pub const NONE: LeaderEpoch = LeaderEpoch(-1);

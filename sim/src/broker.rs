@@ -737,11 +737,7 @@ impl SimBroker {
             )
         };
         let live = self.live();
-        let registered = live
-            .view
-            .brokers
-            .get(&fetch.broker_id)
-            .map(|b| b.epoch.0 as i64);
+        let registered = live.view.brokers.get(&fetch.broker_id).map(|b| b.epoch);
         let Some(replica) = live.replicas.get_mut(&p) else {
             return refuse(out, ErrorCode::NotLeaderOrFollower);
         };
@@ -886,11 +882,7 @@ impl SimBroker {
         }
         let fetch = FollowerFetch {
             broker_id: me,
-            broker_epoch: if broker_epoch == 0 {
-                -1
-            } else {
-                broker_epoch as i64
-            },
+            broker_epoch: BrokerEpoch(broker_epoch),
             current_leader_epoch: role.leader_epoch,
             last_fetched_epoch: replica
                 .core
@@ -1009,9 +1001,10 @@ impl SimBroker {
         let my_epoch = live.broker_epoch;
         let replica = live.replicas.get_mut(&p).expect("opened");
         let from = replica.core.role().isr.clone();
-        let Some(change) = replica
-            .core
-            .isr_change(now_ms, REPLICA_LAG_TIME_MAX_MS, my_epoch)
+        let Some(change) =
+            replica
+                .core
+                .isr_change(now_ms, REPLICA_LAG_TIME_MAX_MS, BrokerEpoch(my_epoch))
         else {
             return;
         };
@@ -1022,7 +1015,7 @@ impl SimBroker {
             leader_epoch: change.leader_epoch,
             partition_epoch: change.partition_epoch,
             new_isr: change.new_isr.clone(),
-            new_isr_epochs: change.new_isr_epochs.into_iter().map(BrokerEpoch).collect(),
+            new_isr_epochs: change.new_isr_epochs,
         };
         let request_id = self.next_request_id();
         self.live().replicas.get_mut(&p).expect("opened").alter_isr =

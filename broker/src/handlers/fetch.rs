@@ -98,7 +98,7 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
                 .ok()
                 .map(|broker_id| ReplicaFetch {
                     broker_id: BrokerId(broker_id),
-                    broker_epoch: request.replica_epoch(),
+                    broker_epoch: protocol::BrokerEpoch::from_wire(request.replica_epoch()),
                     current_leader_epoch: LeaderEpoch(partition.current_leader_epoch()),
                     last_fetched_epoch: LeaderEpoch(partition.last_fetched_epoch()),
                 });

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use protocol::{BrokerId, ErrorCode, LeaderEpoch, Offset};
+use protocol::{BrokerEpoch, BrokerId, ErrorCode, LeaderEpoch, Offset};
 
 use super::epochs::EpochHistory;
 
@@ -20,8 +20,9 @@ use super::epochs::EpochHistory;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FollowerFetch {
     pub broker_id: BrokerId,
-    /// The follower's registration with the controller; -1 when unknown.
-    pub broker_epoch: i64,
+    /// The follower's registration with the controller;
+    /// `BrokerEpoch::UNKNOWN` when it does not say.
+    pub broker_epoch: BrokerEpoch,
     pub current_leader_epoch: LeaderEpoch,
     /// The epoch of the follower's last batch; -1 when its log is empty.
     pub last_fetched_epoch: LeaderEpoch,
@@ -90,7 +91,7 @@ pub enum FetchAccepted {
 struct Progress {
     /// The broker epoch of the incarnation whose fetches these are; `None`
     /// until it fetches from this leadership.
-    broker_epoch: Option<i64>,
+    broker_epoch: Option<BrokerEpoch>,
     /// Every offset below this is stable on the follower. `None` until its
     /// current incarnation fetches from this leadership.
     log_end: Option<Offset>,
@@ -155,7 +156,7 @@ impl LeaderState {
     pub fn on_fetch(
         &mut self,
         follower: BrokerId,
-        broker_epoch: i64,
+        broker_epoch: BrokerEpoch,
         fetch_offset: Offset,
         leader_end: Offset,
         now_ms: u64,
@@ -181,7 +182,7 @@ impl LeaderState {
     }
 
     /// The broker epoch `follower` last fetched with in this leadership.
-    pub fn follower_broker_epoch(&self, follower: BrokerId) -> Option<i64> {
+    pub fn follower_broker_epoch(&self, follower: BrokerId) -> Option<BrokerEpoch> {
         self.followers.get(&follower).and_then(|p| p.broker_epoch)
     }
 
@@ -242,9 +243,14 @@ impl LeaderState {
 
     /// The broker epochs to send with an ISR change to `members`: this
     /// broker's own for itself, else the epoch each follower fetched with, or
-    /// 0 for one that has not fetched from this leadership (the controller
-    /// accepts that only for a member already in the ISR).
-    pub fn member_epochs(&self, members: &[BrokerId], my_broker_epoch: u64) -> Vec<u64> {
+    /// `BrokerEpoch::UNKNOWN` for one that has not fetched from this
+    /// leadership (the controller accepts that only for a member already in
+    /// the ISR).
+    pub fn member_epochs(
+        &self,
+        members: &[BrokerId],
+        my_broker_epoch: BrokerEpoch,
+    ) -> Vec<BrokerEpoch> {
         members
             .iter()
             .map(|&m| {
@@ -252,8 +258,7 @@ impl LeaderState {
                     my_broker_epoch
                 } else {
                     self.follower_broker_epoch(m)
-                        .and_then(|e| u64::try_from(e).ok())
-                        .unwrap_or(0)
+                        .unwrap_or(BrokerEpoch::UNKNOWN)
                 }
             })
             .collect()
@@ -278,13 +283,13 @@ mod tests {
         let isr = b(&[1, 2, 3]);
         // Followers have not fetched: nothing is committed past the start.
         assert_eq!(leader.update_high_watermark(&isr, o(10)), o(0));
-        leader.on_fetch(BrokerId(2), 1, o(10), o(10), 5);
+        leader.on_fetch(BrokerId(2), BrokerEpoch(1), o(10), o(10), 5);
         assert_eq!(
             leader.update_high_watermark(&isr, o(10)),
             o(0),
             "3 holds it"
         );
-        leader.on_fetch(BrokerId(3), 1, o(7), o(10), 5);
+        leader.on_fetch(BrokerId(3), BrokerEpoch(1), o(7), o(10), 5);
         assert_eq!(leader.update_high_watermark(&isr, o(10)), o(7));
         // Without 3 in the ISR the watermark follows 2 and the leader.
         assert_eq!(leader.update_high_watermark(&b(&[1, 2]), o(10)), o(10));
@@ -294,7 +299,7 @@ mod tests {
         assert_eq!(leader.update_high_watermark(&b(&[1]), o(15)), o(15));
         // A fetch by a non-replica is not counted.
         assert_eq!(
-            leader.on_fetch(BrokerId(9), 1, o(100), o(15), 6),
+            leader.on_fetch(BrokerId(9), BrokerEpoch(1), o(100), o(15), 6),
             FetchAccepted::NotReplica
         );
     }
@@ -304,15 +309,15 @@ mod tests {
         let lag_max_ms = 1_000;
         let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2, 3]), o(0), 0);
         let isr = b(&[1, 2, 3]);
-        leader.on_fetch(BrokerId(2), 1, o(0), o(0), 100);
-        leader.on_fetch(BrokerId(3), 1, o(0), o(0), 100);
+        leader.on_fetch(BrokerId(2), BrokerEpoch(1), o(0), o(0), 100);
+        leader.on_fetch(BrokerId(3), BrokerEpoch(1), o(0), o(0), 100);
         assert_eq!(leader.desired_isr(&isr, o(0), 900, lag_max_ms), None);
         // 2 keeps fetching and keeps up while the leader appends; 3 stops.
         for t in 1..20u64 {
             let leader_end = (t * 10) as i64;
             leader.on_fetch(
                 BrokerId(2),
-                1,
+                BrokerEpoch(1),
                 o(leader_end - 10),
                 o(leader_end),
                 100 + t * 100,
@@ -326,9 +331,9 @@ mod tests {
         let isr = b(&[1, 2]);
         leader.update_high_watermark(&isr, o(190));
         // 3 returns but is behind the high watermark: not yet.
-        leader.on_fetch(BrokerId(3), 1, o(50), o(190), 2_100);
+        leader.on_fetch(BrokerId(3), BrokerEpoch(1), o(50), o(190), 2_100);
         assert_eq!(leader.desired_isr(&isr, o(0), 2_100, lag_max_ms), None);
-        leader.on_fetch(BrokerId(3), 1, o(190), o(190), 2_200);
+        leader.on_fetch(BrokerId(3), BrokerEpoch(1), o(190), o(190), 2_200);
         assert_eq!(
             leader.desired_isr(&isr, o(0), 2_200, lag_max_ms),
             Some(b(&[1, 2, 3]))
@@ -344,7 +349,7 @@ mod tests {
     fn a_restarted_follower_starts_over() {
         let lag_max_ms = 1_000;
         let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2]), o(0), 0);
-        leader.on_fetch(BrokerId(2), 7, o(100), o(100), 10);
+        leader.on_fetch(BrokerId(2), BrokerEpoch(7), o(100), o(100), 10);
         assert_eq!(leader.update_high_watermark(&b(&[1, 2]), o(100)), o(100));
         // 2 left the ISR (say it was fenced), then restarted with epoch 9.
         assert_eq!(
@@ -353,7 +358,7 @@ mod tests {
             "caught up before the restart"
         );
         assert_eq!(
-            leader.on_fetch(BrokerId(2), 9, o(40), o(100), 30),
+            leader.on_fetch(BrokerId(2), BrokerEpoch(9), o(40), o(100), 30),
             FetchAccepted::Accepted
         );
         assert_eq!(
@@ -362,17 +367,20 @@ mod tests {
             "its new incarnation is behind the high watermark"
         );
         assert_eq!(
-            leader.on_fetch(BrokerId(2), 7, o(100), o(100), 50),
+            leader.on_fetch(BrokerId(2), BrokerEpoch(7), o(100), o(100), 50),
             FetchAccepted::StaleBrokerEpoch,
             "the old incarnation cannot speak for it"
         );
         assert_eq!(leader.follower_log_end(BrokerId(2)), Some(o(40)));
-        leader.on_fetch(BrokerId(2), 9, o(100), o(100), 60);
+        leader.on_fetch(BrokerId(2), BrokerEpoch(9), o(100), o(100), 60);
         assert_eq!(
             leader.desired_isr(&b(&[1]), o(0), 60, lag_max_ms),
             Some(b(&[1, 2]))
         );
-        assert_eq!(leader.member_epochs(&b(&[1, 2]), 5), vec![5, 9]);
+        assert_eq!(
+            leader.member_epochs(&b(&[1, 2]), BrokerEpoch(5)),
+            vec![BrokerEpoch(5), BrokerEpoch(9)]
+        );
     }
 
     #[test]
@@ -381,7 +389,7 @@ mod tests {
             EpochHistory::from_entries(vec![(LeaderEpoch(1), o(0)), (LeaderEpoch(3), o(10))]);
         let fetch = FollowerFetch {
             broker_id: BrokerId(2),
-            broker_epoch: 5,
+            broker_epoch: BrokerEpoch(5),
             current_leader_epoch: LeaderEpoch(3),
             last_fetched_epoch: LeaderEpoch(3),
         };

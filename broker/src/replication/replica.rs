@@ -7,7 +7,7 @@
 //! controller) and keeps the high watermark, which waiters wait on. The
 //! simulator drives the same state machine.
 
-use protocol::{BrokerId, ErrorCode, LeaderEpoch, Offset, PartitionEpoch};
+use protocol::{BrokerEpoch, BrokerId, ErrorCode, LeaderEpoch, Offset, PartitionEpoch};
 
 use super::ack::{self, AckDecision, AckView};
 use super::epochs::EpochHistory;
@@ -48,7 +48,7 @@ pub struct IsrChange {
     pub partition_epoch: PartitionEpoch,
     pub new_isr: Vec<BrokerId>,
     /// Broker epochs of `new_isr`, in the same order.
-    pub new_isr_epochs: Vec<u64>,
+    pub new_isr_epochs: Vec<BrokerEpoch>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,7 +184,7 @@ impl ReplicaCore {
         fetch: &FollowerFetch,
         offset: Offset,
         log_end: Offset,
-        registered_epoch: Option<i64>,
+        registered_epoch: Option<BrokerEpoch>,
         now_ms: u64,
     ) -> FollowerFetchVerdict {
         let Some(state) = self.leader.as_mut().filter(|_| self.role.leader) else {
@@ -240,7 +240,7 @@ impl ReplicaCore {
         &mut self,
         now_ms: u64,
         lag_max_ms: u64,
-        my_broker_epoch: u64,
+        my_broker_epoch: BrokerEpoch,
     ) -> Option<IsrChange> {
         if self.alter_isr_in_flight || !self.role.leader {
             return None;
@@ -329,12 +329,12 @@ mod tests {
         // Appended [10, 12) at epoch 3; the follower has fetched past it.
         let fetch = FollowerFetch {
             broker_id: BrokerId(2),
-            broker_epoch: 5,
+            broker_epoch: BrokerEpoch(5),
             current_leader_epoch: LeaderEpoch(3),
             last_fetched_epoch: LeaderEpoch(3),
         };
         assert_eq!(
-            core.follower_fetch(&fetch, o(12), o(12), Some(5), 1),
+            core.follower_fetch(&fetch, o(12), o(12), Some(BrokerEpoch(5)), 1),
             FollowerFetchVerdict::Serve
         );
         assert_eq!(core.high_watermark(o(8), o(12)), Some(o(12)));
@@ -368,19 +368,25 @@ mod tests {
             .unwrap();
         let fetch = FollowerFetch {
             broker_id: BrokerId(2),
-            broker_epoch: 5,
+            broker_epoch: BrokerEpoch(5),
             current_leader_epoch: LeaderEpoch(1),
             last_fetched_epoch: LeaderEpoch::NONE,
         };
         assert!(matches!(
-            core.follower_fetch(&fetch, o(0), o(0), Some(7), 0),
+            core.follower_fetch(&fetch, o(0), o(0), Some(BrokerEpoch(7)), 0),
             FollowerFetchVerdict::Refuse(ErrorCode::NotLeaderOrFollower, _)
         ));
         // Follower 2 never fetches: after the lag bound it leaves the ISR.
-        let change = core.isr_change(5_000, 1_000, 9).expect("shrink");
+        let change = core
+            .isr_change(5_000, 1_000, BrokerEpoch(9))
+            .expect("shrink");
         assert_eq!(change.new_isr, vec![BrokerId(1)]);
-        assert_eq!(change.new_isr_epochs, vec![9]);
-        assert_eq!(core.isr_change(5_001, 1_000, 9), None, "one on its way");
+        assert_eq!(change.new_isr_epochs, vec![BrokerEpoch(9)]);
+        assert_eq!(
+            core.isr_change(5_001, 1_000, BrokerEpoch(9)),
+            None,
+            "one on its way"
+        );
         let next = core
             .isr_changed(LeaderEpoch(1), vec![BrokerId(1)], PartitionEpoch(2))
             .unwrap();

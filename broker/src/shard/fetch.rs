@@ -138,7 +138,7 @@ impl Shard {
             .borrow()
             .brokers
             .get(&f.broker_id)
-            .map(|b| b.epoch.0 as i64);
+            .map(|b| b.epoch);
         let now_ms = self.clock.now_ms().max(0) as u64;
         let verdict = replica
             .core

@@ -23,7 +23,7 @@ impl Shard {
         let change = replica.core.borrow_mut().isr_change(
             now_ms,
             self.config.replica_lag_time_max_ms,
-            self.broker_epoch.get(),
+            protocol::BrokerEpoch(self.broker_epoch.get()),
         );
         let Some(change) = change else {
             return;
@@ -38,11 +38,7 @@ impl Shard {
             leader_epoch: change.leader_epoch,
             partition_epoch: change.partition_epoch,
             new_isr: change.new_isr.clone(),
-            new_isr_epochs: change
-                .new_isr_epochs
-                .into_iter()
-                .map(protocol::BrokerEpoch)
-                .collect(),
+            new_isr_epochs: change.new_isr_epochs,
         };
         tracing::info!(topic = %key.topic, partition = key.partition, ?from, to = ?change.new_isr, "asking to change the ISR");
         let (shard, key, replica) = (self.clone(), key.clone(), replica.clone());
