@@ -13,7 +13,7 @@ use client::{Admin, ClientConfig, Cluster as ClientCluster, Connection};
 use nix::sys::signal::Signal;
 
 use crate::netns::Network;
-use crate::process::Process;
+use crate::process::{Bind, Process};
 
 /// Session timeout of the brokers with the controllers: a silent broker is
 /// fenced and its partitions move within about this.
@@ -81,13 +81,17 @@ fn free_port_block(span: u16) -> anyhow::Result<u16> {
 /// its shard's port, its admin port and, when it embeds one, its
 /// controller's. The offsets are the broker's defaults (its `config`
 /// module), which the processes here do not override.
-fn broker_ports(port: u16, embedded_controller: bool) -> Vec<u16> {
+fn broker_ports(port: u16, embedded_controller: bool) -> Vec<(u16, Bind)> {
     const SHARD_PORT_OFFSET: u16 = 1;
     const ADMIN_PORT_OFFSET: u16 = 64;
     const EMBEDDED_CONTROLLER_PORT_OFFSET: u16 = 65;
-    let mut ports = vec![port, port + SHARD_PORT_OFFSET, port + ADMIN_PORT_OFFSET];
+    let mut ports = vec![
+        (port, Bind::ReusePort),
+        (port + SHARD_PORT_OFFSET, Bind::ReusePort),
+        (port + ADMIN_PORT_OFFSET, Bind::ReusePort),
+    ];
     if embedded_controller {
-        ports.push(port + EMBEDDED_CONTROLLER_PORT_OFFSET);
+        ports.push((port + EMBEDDED_CONTROLLER_PORT_OFFSET, Bind::ReuseAddress));
     }
     ports
 }
@@ -159,7 +163,7 @@ impl Cluster {
                     namespace(i),
                     log,
                 )
-                .with_listen_ports(vec![base + i as u16])
+                .with_listen_ports(vec![(base + i as u16, Bind::ReuseAddress)])
             })
             .collect();
         let broker_addresses: Vec<String> = (0..3).map(broker_address).collect();

@@ -27,8 +27,9 @@ pub struct Process {
     program: PathBuf,
     args: Vec<String>,
     netns: Option<String>,
-    /// Ports on 127.0.0.1 the process listens on (none inside a namespace).
-    listen_ports: Vec<u16>,
+    /// Ports on 127.0.0.1 the process listens on, each with how it binds
+    /// (none inside a namespace).
+    listen_ports: Vec<(u16, Bind)>,
     pub log: PathBuf,
     child: Option<Child>,
     /// Exits nobody asked for, with the log's last lines.
@@ -57,7 +58,7 @@ impl Process {
 
     /// Names the ports on 127.0.0.1 the process will listen on, so a start
     /// first waits for them to be free.
-    pub fn with_listen_ports(mut self, ports: Vec<u16>) -> Process {
+    pub fn with_listen_ports(mut self, ports: Vec<(u16, Bind)>) -> Process {
         self.listen_ports = ports;
         self
     }
@@ -170,15 +171,31 @@ impl Process {
     }
 }
 
-/// Whether a listener can bind `port` on 127.0.0.1 the way the broker's
-/// listeners do (SO_REUSEPORT: a TIME-WAIT left by the previous process
-/// does not stand in the way, another process's listener does).
-fn can_bind(port: u16) -> bool {
+/// How a process binds a listening port, which decides what a connection
+/// its previous life left behind (in TIME-WAIT or FIN-WAIT) does to a bind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bind {
+    /// SO_REUSEPORT only: the broker's shard listeners (glommio).
+    ReusePort,
+    /// SO_REUSEADDR only: the controller's listener (tokio), also when a
+    /// broker embeds it.
+    ReuseAddress,
+}
+
+/// Whether a listener can bind `port` on 127.0.0.1 as the process will.
+/// What a previous life left stands in the way only if it would for the
+/// process itself; a listener that is still open does, unless it shares
+/// SO_REUSEPORT with the probe (an old broker of the same user that is
+/// still alive, which `terminate` and `kill9` have already reaped).
+fn can_bind(port: u16, bind: Bind) -> bool {
     use socket2::{Domain, Socket, Type};
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     Socket::new(Domain::IPV4, Type::STREAM, None)
         .and_then(|socket| {
-            socket.set_reuse_port(true)?;
+            match bind {
+                Bind::ReusePort => socket.set_reuse_port(true)?,
+                Bind::ReuseAddress => socket.set_reuse_address(true)?,
+            }
             socket.bind(&address.into())
         })
         .is_ok()
@@ -186,11 +203,11 @@ fn can_bind(port: u16) -> bool {
 
 /// Waits until every port can be bound on 127.0.0.1; if one stays taken,
 /// the error names whoever holds it.
-fn wait_for_free_ports(name: &str, ports: &[u16]) -> io::Result<()> {
+fn wait_for_free_ports(name: &str, ports: &[(u16, Bind)]) -> io::Result<()> {
     let deadline = Instant::now() + Duration::from_millis(PORTS_FREE_WAIT_MS_MAX);
     loop {
-        let taken = ports.iter().copied().find(|&port| !can_bind(port));
-        let Some(port) = taken else {
+        let taken = ports.iter().find(|&&(port, bind)| !can_bind(port, bind));
+        let Some(&(port, _)) = taken else {
             return Ok(());
         };
         if Instant::now() >= deadline {
