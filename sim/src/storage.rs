@@ -319,11 +319,12 @@ fn run_in(
         // The last life, and one in four of the others, stops its workload
         // and closes cleanly (the next open then finds the clean-shutdown
         // marker, which a later power loss must not bring back); the others
-        // run until the kill.
+        // run until the kill. Drawn from other bits than the power loss, so
+        // a clean close is followed by one as often as a kill is.
         let close_after_ms = if last {
             Some(300)
         } else {
-            (life_seed % 4 == 1).then_some(length_ms / 2)
+            (life_seed >> 1).is_multiple_of(4).then_some(length_ms / 2)
         };
         let (m, d, o) = (model.clone(), dir.clone(), options.clone());
         let outcome = sim::run(

@@ -62,7 +62,17 @@ type Listing = BTreeMap<OsString, u64>;
 struct Namespace {
     root: PathBuf,
     shadow: PathBuf,
-    durable: BTreeMap<PathBuf, Listing>,
+    /// By directory: its listing at its last sync, with an open handle that
+    /// keeps the directory's inode taken (so one removed and made again has
+    /// another inode) and that inode.
+    durable: BTreeMap<PathBuf, Synced>,
+}
+
+#[derive(Debug)]
+struct Synced {
+    _handle: File,
+    inode: u64,
+    listing: Listing,
 }
 
 impl Namespace {
@@ -79,12 +89,21 @@ impl Namespace {
                 std::fs::hard_link(dir.join(name), shadow)?;
             }
         }
-        self.durable.insert(dir.to_path_buf(), listing);
+        let handle = File::open(dir)?;
+        let inode = handle.metadata()?.ino();
+        self.durable.insert(
+            dir.to_path_buf(),
+            Synced {
+                _handle: handle,
+                inode,
+                listing,
+            },
+        );
         // Shadows no durable listing names any more are only garbage.
         let named: BTreeSet<u64> = self
             .durable
             .values()
-            .flat_map(|l| l.values().copied())
+            .flat_map(|synced| synced.listing.values().copied())
             .collect();
         for entry in std::fs::read_dir(&self.shadow)? {
             let entry = entry?;
@@ -125,7 +144,12 @@ impl Namespace {
             return Ok(0);
         }
         let empty = Listing::new();
-        let durable = self.durable.get(dir).unwrap_or(&empty);
+        // A directory made again since its last sync has synced nothing yet.
+        let dir_inode = std::fs::metadata(dir)?.ino();
+        let durable = match self.durable.get(dir) {
+            Some(synced) if synced.inode == dir_inode => &synced.listing,
+            _ => &empty,
+        };
         let current = list_files(dir)?;
         let mut changed = 0;
         for (name, inode) in &current {
@@ -570,7 +594,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unsynced_rename_or_unlink_may_be_undone_but_never_half_done() {
+    fn unsynced_renames_and_unlinks_of_a_directory_are_undone_or_kept_together() {
         let root = scratch("rename");
         let (mut undone, mut done) = (0, 0);
         for seed in 0..32 {
@@ -597,6 +621,27 @@ mod tests {
             }
         }
         assert!(undone > 0 && done > 0, "undone {undone}, done {done}");
+        clean(&root);
+    }
+
+    #[test]
+    fn a_directory_made_again_gets_nothing_of_the_old_one_back() {
+        let root = scratch("remade");
+        for seed in 0..16 {
+            clean(&root);
+            with_power_loss(seed, &root, |dir| {
+                let partition = dir.join("p");
+                std::fs::create_dir(&partition).unwrap();
+                std::fs::write(partition.join("old"), b"deleted topic").unwrap();
+                sync_dir(&partition);
+                // Removing and making directories count as durable at once.
+                std::fs::remove_dir_all(&partition).unwrap();
+                std::fs::create_dir(&partition).unwrap();
+                std::fs::write(partition.join("new"), b"new topic").unwrap();
+            });
+            let partition = root.join("data").join("p");
+            assert!(!partition.join("old").exists(), "seed {seed}");
+        }
         clean(&root);
     }
 }
