@@ -16,9 +16,9 @@ use nix::unistd::Pid;
 pub const STOP_MS_MAX: u64 = 30_000;
 
 /// How long a start waits for the ports the process will listen on to be
-/// free. A process just stopped may hold them a little past its reaping
-/// (its io_uring instance is torn down after the exit), and a restart that
-/// bound too early would die on "address already in use".
+/// free. A restart that binds a port still taken dies on "address already
+/// in use"; waiting first rides out whatever held it briefly, and a port
+/// that stays taken is reported with its holder.
 pub const PORTS_FREE_WAIT_MS_MAX: u64 = 10_000;
 
 #[derive(Debug)]
@@ -182,11 +182,10 @@ pub enum Bind {
     ReuseAddress,
 }
 
-/// Whether a listener can bind `port` on 127.0.0.1 as the process will.
-/// What a previous life left stands in the way only if it would for the
-/// process itself; a listener that is still open does, unless it shares
-/// SO_REUSEPORT with the probe (an old broker of the same user that is
-/// still alive, which `terminate` and `kill9` have already reaped).
+/// Whether a listener can bind `port` on 127.0.0.1 with the options the
+/// process binds it with, so what stands in the probe's way (another
+/// process's listener, connections in TIME-WAIT) is exactly what would stand
+/// in the process's.
 fn can_bind(port: u16, bind: Bind) -> bool {
     use socket2::{Domain, Socket, Type};
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));

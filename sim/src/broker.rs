@@ -23,15 +23,12 @@ use broker::replication::follower::{self, FollowerAction, LeaderAnswer};
 use broker::replication::leader::FollowerFetch;
 use broker::replication::replica::{FollowerFetchVerdict, ReplicaCore};
 use broker::replication::role::Role;
-use broker::shard::desired_replicas;
+use broker::shard::{desired_replicas, UNKNOWN_OFFSET};
 use protocol::control::codec::decode_fetch_metadata_response;
 use protocol::{BrokerEpoch, BrokerId, ErrorCode, LeaderEpoch, Offset, PartitionIndex, TopicId};
 
 use crate::disk::{Disk, Rec};
 use crate::msg::{Action, BrokerTimer, Msg, Node, Observation, Session, Timer};
-
-/// What a refusal says for an offset it does not know (the wire's -1).
-const UNKNOWN_OFFSET: Offset = Offset(-1);
 
 /// The only topic of a simulation.
 pub const TOPIC: &str = "sim";
