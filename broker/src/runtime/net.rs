@@ -1,6 +1,9 @@
 //! TCP for the shards: listeners (SO_REUSEPORT, so every shard can accept on the
 //! broker's main port) and connections split into a read half and a write half
-//! that two tasks of the same executor drive independently.
+//! that two tasks of the same executor drive independently. While a
+//! simulation runs on the thread, the same types are the simulated network's
+//! (`sim::net`), so connections, their framing and their timeouts run
+//! unchanged under a seed.
 
 use std::cell::RefCell;
 use std::io;
@@ -13,20 +16,35 @@ use std::time::Duration;
 use futures_lite::io::{AsyncRead, AsyncWrite};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 
+use super::sim;
+use super::sim::net::{SimListener, SimReadHalf, SimWriteHalf};
+
 #[derive(Debug)]
 pub struct Listener {
-    inner: glommio::net::TcpListener,
+    inner: ListenerInner,
+}
+
+#[derive(Debug)]
+enum ListenerInner {
+    Glommio(glommio::net::TcpListener),
+    Sim(SimListener),
 }
 
 impl Listener {
     pub fn bind(addr: SocketAddr) -> io::Result<Listener> {
-        Ok(Listener {
-            inner: glommio::net::TcpListener::bind(addr)?,
-        })
+        let inner = if sim::is_active() {
+            ListenerInner::Sim(SimListener::bind(addr)?)
+        } else {
+            ListenerInner::Glommio(glommio::net::TcpListener::bind(addr)?)
+        };
+        Ok(Listener { inner })
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.inner.local_addr()?)
+        match &self.inner {
+            ListenerInner::Glommio(listener) => Ok(listener.local_addr()?),
+            ListenerInner::Sim(listener) => Ok(listener.local_addr()),
+        }
     }
 
     /// Accepts connections for a loop that also watches for a stop: see
@@ -39,17 +57,26 @@ impl Listener {
     }
 
     pub async fn accept(&self) -> io::Result<(ReadHalf, WriteHalf, SocketAddr)> {
-        let stream = self.inner.accept().await?;
+        let listener = match &self.inner {
+            ListenerInner::Glommio(listener) => listener,
+            ListenerInner::Sim(listener) => {
+                let (read, write, peer) = listener.accept().await;
+                return Ok((
+                    ReadHalf {
+                        inner: ReadInner::Sim(read),
+                    },
+                    WriteHalf {
+                        inner: WriteInner::Sim(write),
+                    },
+                    peer,
+                ));
+            }
+        };
+        let stream = listener.accept().await?;
         stream.set_nodelay(true)?;
         let peer = stream.peer_addr()?;
-        let shared = Rc::new(RefCell::new(stream));
-        Ok((
-            ReadHalf {
-                stream: shared.clone(),
-            },
-            WriteHalf { stream: shared },
-            peer,
-        ))
+        let (read, write) = glommio_halves(stream);
+        Ok((read, write, peer))
     }
 }
 
@@ -91,53 +118,98 @@ impl Acceptor<'_> {
 
 /// Connects to `addr` within `timeout`.
 pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<(ReadHalf, WriteHalf)> {
+    if sim::is_active() {
+        let connected = super::timeout(timeout, sim::net::connect(addr))
+            .await
+            .unwrap_or_else(|| Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")));
+        let (read, write) = connected?;
+        return Ok((
+            ReadHalf {
+                inner: ReadInner::Sim(read),
+            },
+            WriteHalf {
+                inner: WriteInner::Sim(write),
+            },
+        ));
+    }
     let stream = glommio::net::TcpStream::connect_timeout(addr, timeout).await?;
     stream.set_nodelay(true)?;
+    Ok(glommio_halves(stream))
+}
+
+fn glommio_halves(stream: glommio::net::TcpStream) -> (ReadHalf, WriteHalf) {
     let shared = Rc::new(RefCell::new(stream));
-    Ok((
+    (
         ReadHalf {
-            stream: shared.clone(),
+            inner: ReadInner::Glommio(shared.clone()),
         },
-        WriteHalf { stream: shared },
-    ))
+        WriteHalf {
+            inner: WriteInner::Glommio(shared),
+        },
+    )
 }
 
 /// The reading side of a connection.
 #[derive(Debug)]
 pub struct ReadHalf {
-    stream: Rc<RefCell<glommio::net::TcpStream>>,
+    inner: ReadInner,
+}
+
+#[derive(Debug)]
+enum ReadInner {
+    Glommio(Rc<RefCell<glommio::net::TcpStream>>),
+    Sim(SimReadHalf),
 }
 
 /// The writing side of a connection.
 #[derive(Debug)]
 pub struct WriteHalf {
-    stream: Rc<RefCell<glommio::net::TcpStream>>,
+    inner: WriteInner,
+}
+
+#[derive(Debug)]
+enum WriteInner {
+    Glommio(Rc<RefCell<glommio::net::TcpStream>>),
+    Sim(SimWriteHalf),
 }
 
 impl AsyncRead for ReadHalf {
     fn poll_read(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        // The borrow lasts one poll; the two halves never hold it across an await.
-        Pin::new(&mut *self.stream.borrow_mut()).poll_read(cx, buf)
+        match &mut self.inner {
+            // The borrow lasts one poll; the two halves never hold it across an await.
+            ReadInner::Glommio(stream) => Pin::new(&mut *stream.borrow_mut()).poll_read(cx, buf),
+            ReadInner::Sim(read) => read.poll_read(cx, buf),
+        }
     }
 }
 
 impl AsyncWrite for WriteHalf {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.stream.borrow_mut()).poll_write(cx, buf)
+        match &mut self.inner {
+            WriteInner::Glommio(stream) => Pin::new(&mut *stream.borrow_mut()).poll_write(cx, buf),
+            WriteInner::Sim(write) => write.poll_write(cx, buf),
+        }
     }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.stream.borrow_mut()).poll_flush(cx)
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.inner {
+            WriteInner::Glommio(stream) => Pin::new(&mut *stream.borrow_mut()).poll_flush(cx),
+            // Written bytes are already on their way.
+            WriteInner::Sim(_) => Poll::Ready(Ok(())),
+        }
     }
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.stream.borrow_mut()).poll_close(cx)
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.inner {
+            WriteInner::Glommio(stream) => Pin::new(&mut *stream.borrow_mut()).poll_close(cx),
+            WriteInner::Sim(write) => write.poll_close(),
+        }
     }
 }
 
@@ -146,7 +218,7 @@ impl ReadHalf {
     pub async fn read_exact_within(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<()> {
         let read = async { self.read_exact(buf).await };
         let expire = async {
-            glommio::timer::sleep(timeout).await;
+            super::sleep(timeout).await;
             Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out"))
         };
         futures_lite::future::or(read, expire).await

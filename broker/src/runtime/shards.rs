@@ -26,14 +26,26 @@ pub struct ShardContext<T: Send + 'static> {
 /// This shard's ends of the mesh.
 #[derive(Debug)]
 pub struct Mesh<T: Send + 'static> {
-    senders: Senders<T>,
+    /// `None` for a shard alone in its broker (`Mesh::solo`).
+    senders: Option<Senders<T>>,
     receivers: Option<Receivers<T>>,
 }
 
 impl<T: Send + 'static> Mesh<T> {
+    /// The mesh of a broker with one shard, which has nobody to talk to: for
+    /// a shard started outside `run_shards`, as the simulation starts one.
+    pub fn solo() -> Mesh<T> {
+        Mesh {
+            senders: None,
+            receivers: None,
+        }
+    }
+
     /// Sends to shard `to` (never this shard), waiting while its queue is full.
     pub async fn send(&self, to: usize, message: T) -> Result<(), T> {
         self.senders
+            .as_ref()
+            .unwrap_or_else(|| panic!("a shard alone in its broker sent to shard {to}"))
             .send_to(to, message)
             .await
             .map_err(|e| match e {
@@ -45,6 +57,9 @@ impl<T: Send + 'static> Mesh<T> {
 
     /// The receivers from every other shard; callable once.
     pub fn take_receivers(&mut self) -> Vec<(usize, MeshReceiver<T>)> {
+        if self.senders.is_none() {
+            return Vec::new();
+        }
         let mut receivers = self.receivers.take().expect("receivers taken once");
         receivers
             .streams()
@@ -101,7 +116,7 @@ where
                     shard_id,
                     shard_count,
                     mesh: Mesh {
-                        senders,
+                        senders: Some(senders),
                         receivers: Some(receivers),
                     },
                     stop,
@@ -129,7 +144,7 @@ pub fn stop_on_signals(stop: &Arc<AtomicBool>) -> io::Result<()> {
 /// Resolves once `stop` is set, checking every `poll`.
 pub async fn wait_for_stop(stop: &AtomicBool, poll: Duration) {
     while !stop.load(Ordering::Relaxed) {
-        glommio::timer::sleep(poll).await;
+        super::sleep(poll).await;
     }
 }
 

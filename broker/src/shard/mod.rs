@@ -99,7 +99,9 @@ pub struct Shard {
     config: Rc<BrokerConfig>,
     clock: Rc<dyn Clock>,
     view: RefCell<ClusterView>,
-    replicas: RefCell<HashMap<PartitionKey, Rc<Replica>>>,
+    /// Ordered, so every pass over the replicas (maintenance, close) takes
+    /// them in the same order each run and a simulated seed replays exactly.
+    replicas: RefCell<BTreeMap<PartitionKey, Rc<Replica>>>,
     cache: RefCell<BatchCache>,
     metrics: ShardMetrics,
     mesh: Mesh<MeshMessage>,
@@ -156,7 +158,7 @@ impl Shard {
             config,
             clock,
             view: RefCell::new(ClusterView::default()),
-            replicas: RefCell::new(HashMap::new()),
+            replicas: RefCell::new(BTreeMap::new()),
             cache: RefCell::new(cache),
             metrics: ShardMetrics::default(),
             mesh,

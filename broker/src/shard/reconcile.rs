@@ -2,7 +2,7 @@
 //! shard; each shard then makes its replicas match `desired_replicas`, a pure
 //! function of the view, this broker and this shard.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use protocol::control::messages::MetadataUpdate;
@@ -158,8 +158,13 @@ pub fn desired_replicas(
     log_defaults: &LogConfig,
     me: BrokerId,
     shard: usize,
-) -> (HashMap<PartitionKey, DesiredReplica>, Vec<(String, String)>) {
-    let mut wanted = HashMap::new();
+) -> (
+    BTreeMap<PartitionKey, DesiredReplica>,
+    Vec<(String, String)>,
+) {
+    // Ordered, so replicas open in the same order every time (a seed
+    // replays exactly).
+    let mut wanted = BTreeMap::new();
     let mut unusable = Vec::new();
     for topic in view.topics.values() {
         let log_config = match topic_log_config(log_defaults, &topic.config) {

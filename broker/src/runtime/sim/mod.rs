@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 
 mod disk;
+pub mod net;
 
 pub use disk::{directory_synced, PowerLoss, SimDisk, SimFile};
 
@@ -45,6 +46,8 @@ pub struct SimConfig {
     pub start_wall_ms: i64,
     /// Each file read, write and sync takes up to this long, drawn per call.
     pub io_latency_us_max: u64,
+    /// Each network write and connect takes up to this long, drawn per call.
+    pub net_latency_us_max: u64,
 }
 
 impl SimConfig {
@@ -54,6 +57,7 @@ impl SimConfig {
             label: format!("seed {seed}"),
             start_wall_ms: 1_700_000_000_000,
             io_latency_us_max: 500,
+            net_latency_us_max: 200,
         }
     }
 }
@@ -106,6 +110,7 @@ struct Executor {
     rng: Cell<u64>,
     config: SimConfig,
     disk: SimDisk,
+    net: net::SimNet,
 }
 
 thread_local! {
@@ -294,8 +299,15 @@ pub fn run<T: 'static>(
         rng: Cell::new(config.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
         config: config.clone(),
         disk: disk.clone(),
+        net: net::SimNet::default(),
     });
     CURRENT.with(|c| *c.borrow_mut() = Some(executor.clone()));
+    // Also on a panic (an assertion of the code under test, or the
+    // executor's own), so the tasks' drops still find their executor.
+    let _teardown = Teardown {
+        executor: executor.clone(),
+        _watchdog: watchdog,
+    };
     let output: Rc<RefCell<Option<T>>> = Rc::default();
     let slot = output.clone();
     executor.spawn(Box::pin(async move {
@@ -303,7 +315,7 @@ pub fn run<T: 'static>(
         *slot.borrow_mut() = Some(value);
     }));
     let limit_ns = until.map(|u| u.as_nanos() as u64);
-    let result = loop {
+    loop {
         if let Some(value) = output.borrow_mut().take() {
             break Ok(value);
         }
@@ -330,23 +342,32 @@ pub fn run<T: 'static>(
                 });
             }
         }
-    };
-    // Tear down like a killed process: every task dropped (in id order, so
-    // the same seed drops them the same way), timers forgotten.
-    loop {
-        let first = executor.tasks.borrow().keys().next().copied();
-        match first {
-            Some(id) => {
-                let slot = executor.tasks.borrow_mut().remove(&id);
-                drop(slot);
-            }
-            None => break,
-        }
     }
-    executor.timers.borrow_mut().clear();
-    CURRENT.with(|c| *c.borrow_mut() = None);
-    drop(watchdog);
-    result
+}
+
+/// Ends a run like a killed process: every task dropped (in id order, so the
+/// same seed drops them the same way), timers forgotten, then the thread
+/// leaves the simulation.
+struct Teardown {
+    executor: Rc<Executor>,
+    _watchdog: Watchdog,
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        loop {
+            let first = self.executor.tasks.borrow().keys().next().copied();
+            match first {
+                Some(id) => {
+                    let slot = self.executor.tasks.borrow_mut().remove(&id);
+                    drop(slot);
+                }
+                None => break,
+            }
+        }
+        self.executor.timers.borrow_mut().clear();
+        CURRENT.with(|c| *c.borrow_mut() = None);
+    }
 }
 
 /// Aborts the process, naming the seed, when one poll runs longer than
@@ -680,6 +701,9 @@ mod tests {
             .cloned()
             .unwrap_or_default();
         assert!(text.contains("waker pile-up"), "{text}");
-        CURRENT.with(|c| *c.borrow_mut() = None);
+        assert!(!is_active(), "a panicking run leaves the thread");
+        // The next run on this thread starts clean.
+        let value = run(&SimConfig::new(2), &SimDisk::new(), None, async { 5 }).unwrap();
+        assert_eq!(value, 5);
     }
 }

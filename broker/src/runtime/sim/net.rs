@@ -1,0 +1,417 @@
+//! The simulated network under `runtime::net`: listeners by address and
+//! connections made of two one-way pipes, on the simulation's time and seed.
+//! Each write is delivered after a drawn delay (in order: a later write never
+//! overtakes an earlier one on the same pipe), each read takes a drawn part
+//! of what has arrived (so a frame comes in pieces, as TCP may give it), a
+//! pipe holds at most `PIPE_BYTES_MAX` in flight (a writer beyond it waits,
+//! as on a full socket buffer), and closing a write end is seen by the
+//! reader after the bytes before it. Everything lives in the executor, so a
+//! run's end (a kill -9) takes every listener and connection with it.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use super::{current, is_active};
+
+/// Bytes written to one pipe and not yet read: the simulated socket buffer.
+pub const PIPE_BYTES_MAX: usize = 256 << 10;
+
+/// Ports given to the connecting side of simulated connections, in turn.
+const EPHEMERAL_PORT_FIRST: u16 = 40_000;
+const EPHEMERAL_PORTS: u16 = 20_000;
+
+/// The executor's network: who listens where.
+#[derive(Default)]
+pub(super) struct SimNet {
+    listeners: RefCell<HashMap<SocketAddr, Rc<ListenerState>>>,
+    next_port: Cell<u16>,
+}
+
+#[derive(Default)]
+struct ListenerState {
+    backlog: RefCell<VecDeque<(SimReadHalf, SimWriteHalf, SocketAddr)>>,
+    acceptor: RefCell<Option<Waker>>,
+}
+
+enum Chunk {
+    Bytes(Vec<u8>),
+    Eof,
+}
+
+/// One direction of a connection.
+#[derive(Default)]
+struct Pipe {
+    /// Written, waiting for its delivery time, in write order.
+    in_flight: RefCell<VecDeque<(u64, Chunk)>>,
+    in_flight_bytes: Cell<usize>,
+    /// Delivered and not yet read.
+    arrived: RefCell<VecDeque<u8>>,
+    /// The writer's close has been delivered.
+    eof: Cell<bool>,
+    /// The write end is closed or gone (no more writes).
+    closed: Cell<bool>,
+    reader_gone: Cell<bool>,
+    /// When the last write is delivered: later writes are not delivered before it.
+    last_delivery_ns: Cell<u64>,
+    reader: RefCell<Option<Waker>>,
+    writer: RefCell<Option<Waker>>,
+}
+
+impl Pipe {
+    fn queued_bytes(&self) -> usize {
+        self.in_flight_bytes.get() + self.arrived.borrow().len()
+    }
+
+    /// Hands `chunk` to the network; it arrives after a drawn delay.
+    fn send(self: &Rc<Pipe>, chunk: Chunk) {
+        let executor = current();
+        let now_ns = executor.now_ns.get();
+        let delay_ns = executor.random_below(executor.config.net_latency_us_max + 1) * 1_000;
+        let at = (now_ns + delay_ns).max(self.last_delivery_ns.get());
+        self.last_delivery_ns.set(at);
+        if let Chunk::Bytes(bytes) = &chunk {
+            self.in_flight_bytes
+                .set(self.in_flight_bytes.get() + bytes.len());
+        }
+        self.in_flight.borrow_mut().push_back((at, chunk));
+        let pipe = self.clone();
+        super::spawn(async move {
+            super::sleep(Duration::from_nanos(at - now_ns)).await;
+            pipe.deliver_due();
+        })
+        .detach();
+    }
+
+    /// Moves everything whose time has come to the reader's side, in order.
+    fn deliver_due(&self) {
+        let now_ns = current().now_ns.get();
+        let mut delivered = false;
+        loop {
+            let chunk = {
+                let mut in_flight = self.in_flight.borrow_mut();
+                match in_flight.front() {
+                    Some((at, _)) if *at <= now_ns => in_flight.pop_front().map(|(_, c)| c),
+                    _ => None,
+                }
+            };
+            match chunk {
+                None => break,
+                Some(Chunk::Bytes(bytes)) => {
+                    self.in_flight_bytes
+                        .set(self.in_flight_bytes.get() - bytes.len());
+                    if !self.reader_gone.get() {
+                        self.arrived.borrow_mut().extend(bytes);
+                    }
+                }
+                Some(Chunk::Eof) => self.eof.set(true),
+            }
+            delivered = true;
+        }
+        if delivered {
+            if let Some(waker) = self.reader.borrow_mut().take() {
+                waker.wake();
+            }
+        }
+    }
+
+    fn wake_writer(&self) {
+        if let Some(waker) = self.writer.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+}
+
+/// The reading end of a simulated connection.
+pub struct SimReadHalf {
+    pipe: Rc<Pipe>,
+}
+
+/// The writing end of a simulated connection.
+pub struct SimWriteHalf {
+    pipe: Rc<Pipe>,
+}
+
+impl std::fmt::Debug for SimReadHalf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimReadHalf")
+            .field("arrived", &self.pipe.arrived.borrow().len())
+            .field("eof", &self.pipe.eof.get())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for SimWriteHalf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimWriteHalf")
+            .field("queued", &self.pipe.queued_bytes())
+            .field("closed", &self.pipe.closed.get())
+            .finish()
+    }
+}
+
+impl SimReadHalf {
+    pub fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let available = self.pipe.arrived.borrow().len();
+        if available > 0 && !buf.is_empty() {
+            let most = available.min(buf.len());
+            let n = 1 + current().random_below(most as u64) as usize;
+            let mut arrived = self.pipe.arrived.borrow_mut();
+            for (slot, byte) in buf.iter_mut().zip(arrived.drain(..n)) {
+                *slot = byte;
+            }
+            drop(arrived);
+            self.pipe.wake_writer();
+            return Poll::Ready(Ok(n));
+        }
+        if self.pipe.eof.get() || buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        *self.pipe.reader.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for SimReadHalf {
+    fn drop(&mut self) {
+        self.pipe.reader_gone.set(true);
+        self.pipe.arrived.borrow_mut().clear();
+        self.pipe.reader.borrow_mut().take();
+        self.pipe.wake_writer();
+    }
+}
+
+impl SimWriteHalf {
+    pub fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.pipe.reader_gone.get() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the other side closed the connection",
+            )));
+        }
+        if self.pipe.closed.get() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "write after close",
+            )));
+        }
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let room = PIPE_BYTES_MAX.saturating_sub(self.pipe.queued_bytes());
+        if room == 0 {
+            *self.pipe.writer.borrow_mut() = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        let n = room.min(buf.len());
+        self.pipe.send(Chunk::Bytes(buf[..n].to_vec()));
+        Poll::Ready(Ok(n))
+    }
+
+    pub fn poll_close(&mut self) -> Poll<io::Result<()>> {
+        self.close();
+        Poll::Ready(Ok(()))
+    }
+
+    fn close(&mut self) {
+        if !self.pipe.closed.replace(true) {
+            self.pipe.send(Chunk::Eof);
+        }
+    }
+}
+
+impl Drop for SimWriteHalf {
+    fn drop(&mut self) {
+        // A run being torn down (a kill) delivers nothing more.
+        if is_active() {
+            self.close();
+        }
+    }
+}
+
+/// A bound simulated listener; unbinds when dropped.
+pub struct SimListener {
+    addr: SocketAddr,
+    state: Rc<ListenerState>,
+}
+
+impl std::fmt::Debug for SimListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimListener")
+            .field("addr", &self.addr)
+            .field("backlog", &self.state.backlog.borrow().len())
+            .finish()
+    }
+}
+
+impl SimListener {
+    pub fn bind(addr: SocketAddr) -> io::Result<SimListener> {
+        let executor = current();
+        let mut listeners = executor.net.listeners.borrow_mut();
+        if listeners.contains_key(&addr) {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{addr} is already bound in the simulation"),
+            ));
+        }
+        let state = Rc::new(ListenerState::default());
+        listeners.insert(addr, state.clone());
+        Ok(SimListener { addr, state })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub async fn accept(&self) -> (SimReadHalf, SimWriteHalf, SocketAddr) {
+        std::future::poll_fn(|cx| match self.state.backlog.borrow_mut().pop_front() {
+            Some(accepted) => Poll::Ready(accepted),
+            None => {
+                *self.state.acceptor.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for SimListener {
+    fn drop(&mut self) {
+        if !is_active() {
+            return;
+        }
+        let executor = current();
+        let mut listeners = executor.net.listeners.borrow_mut();
+        if listeners
+            .get(&self.addr)
+            .is_some_and(|s| Rc::ptr_eq(s, &self.state))
+        {
+            listeners.remove(&self.addr);
+        }
+    }
+}
+
+/// Connects to a simulated listener at `addr`, after a drawn delay.
+pub async fn connect(addr: SocketAddr) -> io::Result<(SimReadHalf, SimWriteHalf)> {
+    let delay_us = {
+        let executor = current();
+        executor.random_below(executor.config.net_latency_us_max + 1)
+    };
+    super::sleep(Duration::from_micros(delay_us)).await;
+    let executor = current();
+    let Some(listener) = executor.net.listeners.borrow().get(&addr).cloned() else {
+        return Err(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            format!("nothing listens on {addr} in the simulation"),
+        ));
+    };
+    let n = executor.net.next_port.get();
+    executor
+        .net
+        .next_port
+        .set(n.wrapping_add(1) % EPHEMERAL_PORTS);
+    let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), EPHEMERAL_PORT_FIRST + n);
+    let to_server = Rc::new(Pipe::default());
+    let to_client = Rc::new(Pipe::default());
+    listener.backlog.borrow_mut().push_back((
+        SimReadHalf {
+            pipe: to_server.clone(),
+        },
+        SimWriteHalf {
+            pipe: to_client.clone(),
+        },
+        peer,
+    ));
+    if let Some(waker) = listener.acceptor.borrow_mut().take() {
+        waker.wake();
+    }
+    Ok((
+        SimReadHalf { pipe: to_client },
+        SimWriteHalf { pipe: to_server },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    use super::super::{run, SimConfig, SimDisk};
+    use crate::runtime::net::{connect, Listener};
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:9092".parse().unwrap()
+    }
+
+    #[test]
+    fn bytes_arrive_in_order_and_in_pieces_then_the_close() {
+        let received = run(&SimConfig::new(3), &SimDisk::new(), None, async {
+            let listener = Listener::bind(addr()).unwrap();
+            let sender = crate::runtime::spawn(async {
+                let (_read, mut write) = connect(addr(), Duration::from_secs(1)).await.unwrap();
+                for chunk in 0..200u32 {
+                    write.write_all(&chunk.to_le_bytes()).await.unwrap();
+                }
+                write.close().await.unwrap();
+            });
+            let (mut read, _write, _) = listener.accept().await.unwrap();
+            let mut all = Vec::new();
+            let mut reads = 0;
+            let mut buf = [0u8; 64];
+            loop {
+                let n = read.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                reads += 1;
+                all.extend_from_slice(&buf[..n]);
+            }
+            sender.await;
+            (all, reads)
+        })
+        .unwrap();
+        let (bytes, reads) = received;
+        let expected: Vec<u8> = (0..200u32).flat_map(|c| c.to_le_bytes()).collect();
+        assert_eq!(bytes, expected);
+        assert!(reads > 200 * 4 / 64, "reads take drawn parts: {reads}");
+    }
+
+    #[test]
+    fn nothing_listening_is_refused_and_a_bound_address_is_in_use() {
+        run(&SimConfig::new(4), &SimDisk::new(), None, async {
+            let refused = connect(addr(), Duration::from_secs(1)).await.unwrap_err();
+            assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
+            let listener = Listener::bind(addr()).unwrap();
+            let in_use = Listener::bind(addr()).unwrap_err();
+            assert_eq!(in_use.kind(), io::ErrorKind::AddrInUse);
+            drop(listener);
+            Listener::bind(addr()).expect("free again once the listener is gone");
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_writer_waits_while_the_pipe_is_full_and_errs_once_the_reader_is_gone() {
+        run(&SimConfig::new(5), &SimDisk::new(), None, async {
+            let listener = Listener::bind(addr()).unwrap();
+            let (_client_read, mut client_write) =
+                connect(addr(), Duration::from_secs(1)).await.unwrap();
+            let (server_read, _server_write, _) = listener.accept().await.unwrap();
+            let big = vec![7u8; PIPE_BYTES_MAX];
+            client_write.write_all(&big).await.unwrap();
+            let more =
+                crate::runtime::timeout(Duration::from_millis(100), client_write.write_all(&[1]))
+                    .await;
+            assert!(more.is_none(), "a full pipe takes no more bytes");
+            drop(server_read);
+            let broken = client_write.write_all(&[1]).await.unwrap_err();
+            assert_eq!(broken.kind(), io::ErrorKind::BrokenPipe);
+        })
+        .unwrap();
+    }
+}
