@@ -6,6 +6,7 @@
 #   scripts/sim.sh --seeds 20000            # soak: 20,000 seeds from a random start
 #   scripts/sim.sh --seed 1234 --trace      # replay one seed with its full trace
 #   scripts/sim.sh --storage --seeds 2000   # the storage simulation (the real partition log)
+#   scripts/sim.sh --shard --seeds 500      # the shard simulation (the real request path)
 #
 # Each failing seed prints its violation, the trace leading to it and the
 # command that replays it; the exit status is non-zero if any seed failed.

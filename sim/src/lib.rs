@@ -24,10 +24,22 @@ pub mod controller;
 pub mod disk;
 pub mod msg;
 pub mod rng;
+pub mod shard;
 pub mod storage;
 pub mod world;
 
 pub use world::{Failure, Options, Report};
+
+/// A fresh directory name for one run of a seed: unique in the process too,
+/// since tests run seeds (sometimes the same one) on several threads at once.
+fn scratch_dir(kind: &str, seed: u64) -> std::path::PathBuf {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "ringlog-sim-{kind}-{}-{seed}-{run}",
+        std::process::id()
+    ))
+}
 
 /// Runs one seed.
 pub fn run(seed: u64, options: &Options) -> Result<Report, Failure> {

@@ -2,7 +2,8 @@
 //! seeds for soak testing (`--seeds N --first S`), or one seed with its full
 //! trace to replay a failure (`--seed S --trace`). `--storage` runs the
 //! storage simulation (the real partition log on the deterministic runtime)
-//! instead of the cluster one.
+//! and `--shard` the shard simulation (the real shard behind the simulated
+//! network) instead of the cluster one.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +12,8 @@ use std::time::Instant;
 use clap::Parser;
 
 static CURRENT_SEED: AtomicU64 = AtomicU64::new(0);
-static STORAGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The mode flag a replay needs ("--storage ", "--shard " or none).
+static MODE: std::sync::Mutex<&str> = std::sync::Mutex::new("");
 
 #[derive(Parser, Debug)]
 #[command(name = "ringlog-sim", about = "Ringlog's deterministic simulator")]
@@ -44,6 +46,15 @@ struct Args {
     /// deterministic runtime, through kill -9 and power losses.
     #[arg(long)]
     storage: bool,
+    /// Run the shard simulation: the broker's shard end to end (listener,
+    /// connections, handlers, replicas, log) behind the simulated network,
+    /// with wire-protocol clients, through kill -9 and power losses.
+    #[arg(long, conflicts_with = "storage")]
+    shard: bool,
+    /// Shard simulation: simulated milliseconds the last life runs its
+    /// workload before closing cleanly (long lives keep long connections).
+    #[arg(long, default_value_t = 1_500)]
+    last_life_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -65,17 +76,17 @@ fn main() -> ExitCode {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let seed = CURRENT_SEED.load(Ordering::Relaxed);
-        let mode = if STORAGE.load(Ordering::Relaxed) {
-            "--storage "
-        } else {
-            ""
-        };
+        let mode = *MODE.lock().unwrap_or_else(|e| e.into_inner());
         eprintln!("seed {seed} panicked; replay: cargo run --release -p sim --bin ringlog-sim -- {mode}--seed {seed} --trace");
         default_hook(info);
     }));
     if args.storage {
-        STORAGE.store(true, Ordering::Relaxed);
+        *MODE.lock().expect("not poisoned") = "--storage ";
         return run_storage(&args, seeds);
+    }
+    if args.shard {
+        *MODE.lock().expect("not poisoned") = "--shard ";
+        return run_shard(&args, seeds);
     }
     let started = Instant::now();
     let (mut acked_all, mut committed, mut events) = (0u64, 0u64, 0u64);
@@ -168,6 +179,51 @@ fn run_storage(args: &Args, seeds: Vec<u64>) -> ExitCode {
         total.names_reverted,
         total.truncations,
         total.records_checked,
+        started.elapsed().as_secs_f64()
+    );
+    exit_code(&failed)
+}
+
+fn run_shard(args: &Args, seeds: Vec<u64>) -> ExitCode {
+    let options = sim::shard::ShardOptions {
+        partitions: args.partitions,
+        last_life_ms: args.last_life_ms,
+        trace: args.trace,
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let mut total = sim::shard::ShardReport::default();
+    let (passed, failed) = run_seeds(
+        args,
+        seeds,
+        |seed| sim::shard::run(seed, &options),
+        |report| {
+            total.requests += report.requests;
+            total.acked_batches += report.acked_batches;
+            total.kills += report.kills;
+            total.power_losses += report.power_losses;
+            total.writes_torn += report.writes_torn;
+            total.names_reverted += report.names_reverted;
+            total.records_read_back += report.records_read_back;
+            total.records_consumed += report.records_consumed;
+            total.longest_connection_requests = total
+                .longest_connection_requests
+                .max(report.longest_connection_requests);
+        },
+    );
+    println!(
+        "shard: {passed} seeds passed, {} failed {:?}; {} produce requests, {} batches acknowledged, {} kills, {} power losses ({} writes torn, {} directory entries undone or brought back), {} records read back after restarts, {} consumed while tailing, at most {} requests on one connection, in {:.1} s",
+        failed.len(),
+        failed,
+        total.requests,
+        total.acked_batches,
+        total.kills,
+        total.power_losses,
+        total.writes_torn,
+        total.names_reverted,
+        total.records_read_back,
+        total.records_consumed,
+        total.longest_connection_requests,
         started.elapsed().as_secs_f64()
     );
     exit_code(&failed)

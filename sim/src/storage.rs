@@ -273,8 +273,7 @@ fn decode(bytes: &[u8]) -> Result<Vec<(i64, Written)>, String> {
 
 /// Runs one seed of the storage simulation.
 pub fn run(seed: u64, options: &StorageOptions) -> Result<StorageReport, StorageFailure> {
-    let dir =
-        std::env::temp_dir().join(format!("ringlog-sim-storage-{}-{seed}", std::process::id()));
+    let dir = crate::scratch_dir("storage", seed);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     let result = run_in(seed, options, &dir);

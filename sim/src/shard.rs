@@ -1,0 +1,803 @@
+//! The shard simulation: the broker's own `Shard` end to end (its listener and
+//! connections, request decoding, the produce and fetch handlers, replicas,
+//! maintenance and the partition log under them) on the runtime's
+//! deterministic executor, simulated disk and simulated network, while
+//! clients speak the wire protocol to it through the runtime's own peer
+//! connections. Nothing of the shard is mirrored: what runs is what the
+//! broker binary runs, minus the controller links (the metadata is the real
+//! controller state machine's image, encoded and decoded by the real codec,
+//! handed to the shard as its metadata link would).
+//!
+//! Each seed runs several lives of one data directory. A life starts the
+//! shard (recovering its logs), reads every partition back through Fetch
+//! and checks it against every acknowledgement so far, then runs producers
+//! (acks=1 and acks=all) and a tailing consumer until a kill -9 at a drawn
+//! moment, often followed by a power loss under `flush.policy=always`. The
+//! last life closes cleanly; one more start reads everything back, and
+//! `verify-log` must find each partition directory clean.
+//!
+//! Checked: every acknowledged batch comes back at its offset with its
+//! records; no offset is acknowledged or read with two different values;
+//! consumers never get records at or above the high watermark the same
+//! answer gives. The executor fails the run on a stall, a waker pile-up
+//! (what overflowed glommio's task reference count in the connection's
+//! reader once) or a poll that never returns.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+use broker::cluster_view::partition_dir;
+use broker::config::{BrokerConfig, FileConfig, FileLogConfig};
+use broker::log::verify::{verify_partition_dir, VerifyOptions};
+use broker::net::serve_listener;
+use broker::runtime::net::Listener;
+use broker::runtime::peer::PeerConnection;
+use broker::runtime::shards::Mesh;
+use broker::runtime::{self, sim};
+use broker::shard::Shard;
+use client::messages::{
+    fetch_request, fetch_response, produce_request, produce_response, FetchEntry, ProduceEntry,
+    ProduceOutcome,
+};
+use client::IsolationLevel;
+use controller::command::{Command, Outcome};
+use controller::state::ClusterState;
+use protocol::control::codec::{decode_fetch_metadata_response, encode_fetch_metadata_response};
+use protocol::control::messages::{MetadataAnswer, MetadataUpdate};
+use protocol::control::records::BrokerEndpoints;
+use protocol::{ApiKey, BatchBuilder, BrokerId, Compression, ErrorCode, Record, RecordBatch};
+
+const TOPIC: &str = "sim";
+const BROKER_ID: u32 = 1;
+const LISTEN: &str = "127.0.0.1:9092";
+const SHARD_LISTEN: &str = "127.0.0.1:9093";
+/// Each request's bound beyond its own wait, as the clients set it.
+const REQUEST_MS_MAX: u64 = 5_000;
+const RESPONSE_BYTES_MAX: u32 = 16 << 20;
+const FETCH_BYTES_MAX: i32 = 1 << 20;
+/// How long a read-back may take before the check calls records missing.
+const READ_BACK_MS_MAX: u64 = 10_000;
+/// Wall-clock milliseconds between the starts of two lives, so the broker's
+/// wall clock moves forward across restarts as a real one does.
+const LIFE_WALL_STEP_MS: i64 = 100_000;
+
+#[derive(Clone, Debug)]
+pub struct ShardOptions {
+    pub lives: u32,
+    /// Each life but the last is killed at a drawn moment up to this long.
+    pub life_ms_max: u64,
+    /// How long the last life runs its workload before closing cleanly.
+    pub last_life_ms: u64,
+    pub producers: u32,
+    pub partitions: u32,
+    pub trace: bool,
+    /// Cut the power after kills under `flush.policy=none` too, where acks
+    /// do not wait for a sync: the checker's self-test.
+    pub power_loss_under_any_policy: bool,
+}
+
+impl Default for ShardOptions {
+    fn default() -> ShardOptions {
+        ShardOptions {
+            lives: 4,
+            life_ms_max: 2_000,
+            last_life_ms: 1_500,
+            producers: 3,
+            partitions: 3,
+            trace: false,
+            power_loss_under_any_policy: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardReport {
+    pub requests: u64,
+    pub acked_batches: u64,
+    pub kills: u64,
+    pub power_losses: u64,
+    pub writes_torn: u64,
+    pub names_reverted: u64,
+    /// Records read back from the restarted shard and checked.
+    pub records_read_back: u64,
+    /// Records the tailing consumer read and checked.
+    pub records_consumed: u64,
+    /// The most produce requests one connection carried.
+    pub longest_connection_requests: u64,
+}
+
+#[derive(Debug)]
+pub struct ShardFailure {
+    pub seed: u64,
+    pub violation: String,
+    pub trace: Vec<String>,
+}
+
+impl std::fmt::Display for ShardFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "shard seed {} failed: {}", self.seed, self.violation)?;
+        let skip = self.trace.len().saturating_sub(40);
+        for line in &self.trace[skip..] {
+            writeln!(f, "  {line}")?;
+        }
+        write!(
+            f,
+            "replay: cargo run --release -p sim --bin ringlog-sim -- --shard --seed {} --trace",
+            self.seed
+        )
+    }
+}
+
+/// What a batch held: its tag (unique in the seed) and record count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sent {
+    tag: u64,
+    count: u32,
+}
+
+#[derive(Default)]
+struct Model {
+    /// Every acknowledged batch, by partition and base offset.
+    acked: BTreeMap<(i32, i64), Sent>,
+    /// Every batch read below the high watermark, by partition and base offset.
+    read: BTreeMap<(i32, i64), Sent>,
+    next_tag: u64,
+    violations: Vec<String>,
+    trace: Vec<String>,
+    print: bool,
+    report: ShardReport,
+}
+
+impl Model {
+    fn note(&mut self, line: String) {
+        if self.print {
+            println!("{line}");
+        }
+        self.trace.push(line);
+    }
+
+    fn violation(&mut self, line: String) {
+        self.note(format!("VIOLATION: {line}"));
+        self.violations.push(line);
+    }
+
+    /// A produce answer for the batch `sent` to `partition`.
+    fn answered(
+        &mut self,
+        producer: u32,
+        partition: i32,
+        sent: Sent,
+        outcomes: Vec<ProduceOutcome>,
+    ) {
+        for outcome in outcomes {
+            if outcome.error != ErrorCode::None {
+                self.note(format!(
+                    "producer {producer}: tag {} to {partition}: {:?}",
+                    sent.tag, outcome.error
+                ));
+                continue;
+            }
+            let key = (outcome.partition, outcome.base_offset);
+            if let Some(before) = self.acked.insert(key, sent) {
+                self.violation(format!(
+                    "partition {} offset {} acknowledged twice: {before:?}, then {sent:?}",
+                    outcome.partition, outcome.base_offset
+                ));
+            }
+            if let Some(read) = self.read.get(&key).copied() {
+                if read != sent {
+                    self.violation(format!(
+                        "partition {} offset {} acknowledged as {sent:?}, read as {read:?}",
+                        outcome.partition, outcome.base_offset
+                    ));
+                }
+            }
+            self.report.acked_batches += 1;
+        }
+    }
+
+    /// A batch the shard served at `base` below its high watermark.
+    fn served(&mut self, partition: i32, base: i64, sent: Sent, what: &str) {
+        if let Some(acked) = self.acked.get(&(partition, base)) {
+            if *acked != sent {
+                self.violation(format!(
+                    "{what}: partition {partition} offset {base} holds {sent:?}, but {acked:?} was acknowledged there"
+                ));
+            }
+        }
+        match self.read.insert((partition, base), sent) {
+            Some(before) if before != sent => self.violation(format!(
+                "{what}: partition {partition} offset {base} read as {sent:?}, earlier as {before:?}"
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// Everything a life needs that does not change between lives.
+struct Setup {
+    config: Rc<BrokerConfig>,
+    broker_epoch: u64,
+    metadata: MetadataUpdate,
+    partitions: u32,
+    producers: u32,
+}
+
+/// Runs one seed of the shard simulation.
+pub fn run(seed: u64, options: &ShardOptions) -> Result<ShardReport, ShardFailure> {
+    let root = crate::scratch_dir("shard", seed);
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("temp dir");
+    let result = run_in(seed, options, &root);
+    let _ = std::fs::remove_dir_all(&root);
+    result
+}
+
+/// The flush policy a seed runs with: two seeds in three sync every
+/// acknowledged write (and may lose power), the third leaves it to the
+/// page cache (kills only).
+fn flush_always(seed: u64) -> bool {
+    seed % 3 != 2
+}
+
+fn broker_config(seed: u64, data: &Path) -> BrokerConfig {
+    let log = FileLogConfig {
+        // Small segments, so lives roll, recover and read across several.
+        segment_size_bytes: Some(64 << 10 << (seed % 3)),
+        flush_policy: Some(if flush_always(seed) { "always" } else { "none" }.to_string()),
+        ..FileLogConfig::default()
+    };
+    let file = FileConfig {
+        node_id: Some(BROKER_ID as i32),
+        data_dir: Some(data.to_path_buf()),
+        listen: Some(LISTEN.to_string()),
+        cores: Some(1),
+        log: Some(log),
+        ..FileConfig::default()
+    };
+    BrokerConfig::from_file_config(file).expect("the simulation's broker config is valid")
+}
+
+/// The metadata the controller would publish once this broker registered
+/// and the topic was made: from the real state machine and codec.
+fn metadata(partitions: u32) -> (u64, MetadataUpdate) {
+    let mut state = ClusterState::default();
+    let mut apply = |command: Command| {
+        let reply = state.apply(&command);
+        reply
+            .result
+            .expect("the controller accepts the simulation's setup")
+    };
+    let broker_epoch = match apply(Command::RegisterBroker {
+        broker_id: BrokerId(BROKER_ID),
+        endpoints: BrokerEndpoints {
+            client: LISTEN.to_string(),
+            shards: vec![SHARD_LISTEN.to_string()],
+        },
+        now_ms: 0,
+        // No session is kept in this simulation: the broker stays unfenced.
+        session_timeout_ms: 600_000,
+        incarnation_id: 1,
+    }) {
+        Outcome::BrokerRegistered { broker_epoch } => broker_epoch,
+        other => panic!("RegisterBroker gave {other:?}"),
+    };
+    apply(Command::UnfenceBroker {
+        broker_id: BrokerId(BROKER_ID),
+        broker_epoch,
+    });
+    apply(Command::CreateTopic {
+        name: TOPIC.to_string(),
+        partition_count: partitions,
+        replication_factor: 1,
+        config: BTreeMap::from([("min.insync.replicas".to_string(), "1".to_string())]),
+    });
+    state.check_invariants();
+    let encoded = encode_fetch_metadata_response(&Ok(MetadataAnswer::Image(state.image())));
+    let update = decode_fetch_metadata_response(&encoded)
+        .expect("the controller's own encoding decodes")
+        .expect("an image, not a failure");
+    (broker_epoch.0, update)
+}
+
+fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport, ShardFailure> {
+    let model = Rc::new(RefCell::new(Model {
+        print: options.trace,
+        ..Model::default()
+    }));
+    let fail = |model: &Rc<RefCell<Model>>, violation: String| {
+        let model = model.borrow();
+        ShardFailure {
+            seed,
+            violation,
+            trace: model.trace.clone(),
+        }
+    };
+    let disk = sim::SimDisk::new();
+    let data = root.join("data");
+    std::fs::create_dir_all(&data).expect("data dir");
+    disk.watch(&data, &root.join("shadow"))
+        .expect("the simulated disk watches the data directory");
+    let (broker_epoch, metadata) = metadata(options.partitions);
+    let setup = Rc::new(Setup {
+        config: Rc::new(broker_config(seed, &data)),
+        broker_epoch,
+        metadata,
+        partitions: options.partitions,
+        producers: options.producers,
+    });
+    model.borrow_mut().note(format!(
+        "seed {seed}: flush policy {}",
+        if flush_always(seed) { "always" } else { "none" }
+    ));
+    // The lives with a workload, then one that only reads back.
+    for life in 0..=options.lives {
+        let life_seed = seed.wrapping_mul(1_000_003).wrapping_add(life as u64);
+        let sim_config = sim::SimConfig {
+            label: format!("shard seed {seed}, life {life}"),
+            start_wall_ms: 1_700_000_000_000 + life as i64 * LIFE_WALL_STEP_MS,
+            ..sim::SimConfig::new(life_seed)
+        };
+        let check_only = life == options.lives;
+        let last_workload = life + 1 == options.lives;
+        let (until, close_after_ms) = if check_only {
+            (None, None)
+        } else if last_workload {
+            (None, Some(options.last_life_ms))
+        } else {
+            (
+                Some(Duration::from_millis(
+                    100 + life_seed % options.life_ms_max.max(1),
+                )),
+                None,
+            )
+        };
+        model.borrow_mut().note(format!(
+            "life {life}: until {until:?}, close after {close_after_ms:?}"
+        ));
+        let outcome = sim::run(
+            &sim_config,
+            &disk,
+            until,
+            one_life(setup.clone(), model.clone(), close_after_ms, check_only),
+        );
+        match outcome {
+            Ok(()) => {}
+            Err(sim::SimStop::TimeUp { now_ms, .. }) => {
+                let mut m = model.borrow_mut();
+                m.report.kills += 1;
+                m.note(format!("life {life}: killed at {now_ms} ms"));
+            }
+            Err(stop @ sim::SimStop::Stalled { .. }) => {
+                return Err(fail(&model, format!("life {life}: {stop}")));
+            }
+        }
+        if let Some(violation) = model.borrow().violations.first() {
+            return Err(fail(&model, violation.clone()));
+        }
+        let workload_killed = !check_only && !last_workload;
+        let power_may_fail = flush_always(seed) || options.power_loss_under_any_policy;
+        if workload_killed && power_may_fail && life_seed.is_multiple_of(2) {
+            let loss = disk.power_loss(life_seed).expect("power loss applies");
+            let mut m = model.borrow_mut();
+            m.report.power_losses += 1;
+            m.report.writes_torn += loss.writes_torn as u64;
+            m.report.names_reverted += loss.names_reverted as u64;
+            m.note(format!("life {life}: power loss {loss:?}"));
+        }
+    }
+    for partition in 0..options.partitions {
+        let dir = partition_dir(&data, TOPIC, partition as i32);
+        let report = runtime::run_local(verify_partition_dir(
+            &dir,
+            VerifyOptions::default(),
+            &mut std::io::sink(),
+        ))
+        .expect("verify runs");
+        if let Some(problem) = report.first_problem() {
+            return Err(fail(
+                &model,
+                format!("verify-log on partition {partition}: {problem:?}"),
+            ));
+        }
+    }
+    let report = model.borrow().report.clone();
+    Ok(report)
+}
+
+/// One process life: start the shard as the broker does, read everything
+/// back, then run the workload until killed (or, with `close_after_ms`,
+/// stop it then and close cleanly).
+async fn one_life(
+    setup: Rc<Setup>,
+    model: Rc<RefCell<Model>>,
+    close_after_ms: Option<u64>,
+    check_only: bool,
+) {
+    let clock = Rc::new(sim::SimClock::new());
+    let shard = Rc::new(Shard::new(0, 1, setup.config.clone(), clock, Mesh::solo()));
+    shard.set_broker_epoch(setup.broker_epoch);
+    if let Err(e) = shard.clone().publish_metadata(setup.metadata.clone()).await {
+        model
+            .borrow_mut()
+            .violation(format!("the shard refused its metadata: {e}"));
+        return;
+    }
+    let listener = match Listener::bind(setup.config.listen) {
+        Ok(listener) => listener,
+        Err(e) => {
+            model.borrow_mut().violation(format!("bind: {e}"));
+            return;
+        }
+    };
+    let serving = runtime::spawn(serve_listener(shard.clone(), listener, "main"));
+    let maintenance = runtime::spawn(shard.clone().run_maintenance());
+    read_back(&setup, &model).await;
+    let stop = Rc::new(Cell::new(false));
+    let mut clients = Vec::new();
+    if !check_only {
+        for producer in 0..setup.producers {
+            clients.push(runtime::spawn(produce(
+                producer,
+                setup.clone(),
+                model.clone(),
+                stop.clone(),
+            )));
+        }
+        clients.push(runtime::spawn(consume(
+            setup.clone(),
+            model.clone(),
+            stop.clone(),
+        )));
+    }
+    if close_after_ms.is_none() && !check_only {
+        // Runs until the simulation kills it.
+        std::future::pending::<()>().await;
+    }
+    runtime::sleep(Duration::from_millis(close_after_ms.unwrap_or(0))).await;
+    stop.set(true);
+    for client in clients {
+        client.await;
+    }
+    shard.stop();
+    serving.await;
+    maintenance.await;
+    shard.close_all().await;
+}
+
+async fn connect() -> Option<PeerConnection> {
+    PeerConnection::open(LISTEN, RESPONSE_BYTES_MAX, REQUEST_MS_MAX)
+        .await
+        .ok()
+}
+
+/// Reads every partition from offset 0 up to its high watermark through
+/// Fetch, and checks every acknowledged batch is there.
+async fn read_back(setup: &Setup, model: &Rc<RefCell<Model>>) {
+    let Some(mut connection) = connect().await else {
+        model
+            .borrow_mut()
+            .violation("read-back: cannot connect to the restarted shard".into());
+        return;
+    };
+    let deadline = sim::now() + Duration::from_millis(READ_BACK_MS_MAX);
+    for partition in 0..setup.partitions as i32 {
+        let mut found: BTreeMap<i64, Sent> = BTreeMap::new();
+        let mut next = 0i64;
+        // Wanted: the end of the acknowledged batches, at least.
+        let wanted = model
+            .borrow()
+            .acked
+            .range((partition, 0)..(partition + 1, 0))
+            .map(|(&(_, base), sent)| base + sent.count as i64)
+            .max()
+            .unwrap_or(0);
+        while next < wanted && sim::now() < deadline {
+            match fetch_once(&mut connection, &[(partition, next)], 50).await {
+                Err(e) => {
+                    model.borrow_mut().note(format!("read-back fetch: {e}"));
+                    runtime::sleep(Duration::from_millis(20)).await;
+                    match connect().await {
+                        Some(c) => connection = c,
+                        None => break,
+                    }
+                }
+                Ok(answers) => {
+                    for answer in answers {
+                        if let Some(end) = check_answer(model, &answer, "read-back", &mut found) {
+                            next = end;
+                        }
+                    }
+                }
+            }
+        }
+        let mut m = model.borrow_mut();
+        m.report.records_read_back += found.values().map(|s| s.count as u64).sum::<u64>();
+        let acked: Vec<(i64, Sent)> = m
+            .acked
+            .range((partition, 0)..(partition + 1, 0))
+            .map(|(&(_, base), &sent)| (base, sent))
+            .collect();
+        for (base, sent) in acked {
+            match found.get(&base) {
+                Some(got) if *got == sent => {}
+                Some(got) => m.violation(format!(
+                    "read-back: partition {partition} offset {base} holds {got:?}, acknowledged {sent:?}"
+                )),
+                None => m.violation(format!(
+                    "read-back: acknowledged batch {sent:?} at partition {partition} offset {base} is gone after the restart (read up to {next})"
+                )),
+            }
+        }
+    }
+}
+
+/// One partition's answer to a fetch, as the checks see it.
+struct Answer {
+    partition: i32,
+    error: ErrorCode,
+    high_watermark: i64,
+    records: bytes::Bytes,
+}
+
+async fn fetch_once(
+    connection: &mut PeerConnection,
+    partitions: &[(i32, i64)],
+    wait_ms: u64,
+) -> Result<Vec<Answer>, String> {
+    let entries: Vec<FetchEntry> = partitions
+        .iter()
+        .map(|&(partition, offset)| FetchEntry {
+            topic: TOPIC.to_string(),
+            partition,
+            fetch_offset: offset,
+            max_bytes: FETCH_BYTES_MAX,
+        })
+        .collect();
+    let body = fetch_request(
+        wait_ms as i32,
+        1,
+        FETCH_BYTES_MAX,
+        IsolationLevel::ReadUncommitted,
+        &entries,
+    );
+    let response = connection
+        .call(ApiKey::Fetch as u16, &body, &[], wait_ms)
+        .await
+        .map_err(|e| e.to_string())?;
+    let fetched =
+        fetch_response(response.body(), &response.payload()).map_err(|e| e.to_string())?;
+    Ok(fetched
+        .into_iter()
+        .map(|p| Answer {
+            partition: p.partition,
+            error: p.error,
+            high_watermark: p.high_watermark,
+            records: p.records,
+        })
+        .collect())
+}
+
+/// Checks one answer's batches (each below the answer's high watermark,
+/// records in order of their tag) into `found` and the model; the offset
+/// after the last batch, if any came.
+fn check_answer(
+    model: &Rc<RefCell<Model>>,
+    answer: &Answer,
+    what: &str,
+    found: &mut BTreeMap<i64, Sent>,
+) -> Option<i64> {
+    if answer.error != ErrorCode::None {
+        model.borrow_mut().note(format!(
+            "{what}: partition {} answered {:?}",
+            answer.partition, answer.error
+        ));
+        return None;
+    }
+    let mut rest = &answer.records[..];
+    let mut end = None;
+    while !rest.is_empty() {
+        let (batch, used) = match RecordBatch::parse_prefix(rest, 1 << 24) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                model
+                    .borrow_mut()
+                    .violation(format!("{what}: served batch does not parse: {e}"));
+                return None;
+            }
+        };
+        rest = &rest[used..];
+        let base = batch.header().base_offset.0;
+        let sent = match decode_records(&batch) {
+            Ok(sent) => sent,
+            Err(e) => {
+                model.borrow_mut().violation(format!(
+                    "{what}: partition {} offset {base}: {e}",
+                    answer.partition
+                ));
+                return None;
+            }
+        };
+        let batch_end = base + sent.count as i64;
+        if batch_end > answer.high_watermark {
+            model.borrow_mut().violation(format!(
+                "{what}: partition {} served offsets {base}..{batch_end} with its high watermark at {}",
+                answer.partition, answer.high_watermark
+            ));
+        }
+        model
+            .borrow_mut()
+            .served(answer.partition, base, sent, what);
+        found.insert(base, sent);
+        end = Some(batch_end);
+    }
+    end
+}
+
+/// The tag and count of a batch whose records each name its tag and index.
+fn decode_records(batch: &RecordBatch<'_>) -> Result<Sent, String> {
+    let section = batch
+        .records_section(1 << 26)
+        .map_err(|e| format!("records: {e}"))?;
+    let mut tag = None;
+    let mut count = 0u32;
+    for (i, record) in section.iter().enumerate() {
+        let record = record.map_err(|e| format!("record: {e}"))?;
+        let value = String::from_utf8_lossy(record.value.unwrap_or_default()).into_owned();
+        let mut parts = value.splitn(3, ':');
+        let t: u64 = parts
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or(format!("record value {value:?}"))?;
+        let index: usize = parts
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or(format!("record value {value:?}"))?;
+        if *tag.get_or_insert(t) != t || index != i {
+            return Err(format!("batch mixes records: {value:?} at index {i}"));
+        }
+        count += 1;
+    }
+    Ok(Sent {
+        tag: tag.unwrap_or(u64::MAX),
+        count,
+    })
+}
+
+fn batch(tag: u64, count: u32, timestamp_ms: i64) -> Vec<u8> {
+    let compression = if tag.is_multiple_of(2) {
+        Compression::None
+    } else {
+        Compression::Zstd
+    };
+    let mut builder = BatchBuilder::new(compression);
+    for i in 0..count {
+        let mut value = format!("{tag}:{i}:").into_bytes();
+        value.resize(100 + (tag % 7) as usize * 60, b'x');
+        builder.push(&Record {
+            timestamp_ms: timestamp_ms + i as i64,
+            key: Some(b"key"),
+            value: Some(&value),
+            headers: &[],
+        });
+    }
+    builder.build().expect("batch builds")
+}
+
+/// A producer on its own connection: one batch at a time to a drawn
+/// partition, acks=1 or acks=all, each batch sent once (a batch whose answer
+/// never comes is neither acknowledged nor checked for).
+async fn produce(producer: u32, setup: Rc<Setup>, model: Rc<RefCell<Model>>, stop: Rc<Cell<bool>>) {
+    let mut connection: Option<PeerConnection> = None;
+    let mut carried = 0u64;
+    while !stop.get() {
+        let Some(conn) = connection.as_mut() else {
+            connection = connect().await;
+            carried = 0;
+            if connection.is_none() {
+                runtime::sleep(Duration::from_millis(10)).await;
+            }
+            continue;
+        };
+        let partition = sim::random_below(setup.partitions as u64) as i32;
+        let count = 1 + sim::random_below(8) as u32;
+        let acks: i16 = if sim::random_below(2) == 0 { 1 } else { -1 };
+        let tag = {
+            let mut m = model.borrow_mut();
+            m.next_tag += 1;
+            m.next_tag
+        };
+        let timestamp_ms = 1_700_000_000_000 + sim::now().as_millis() as i64;
+        let records = batch(tag, count, timestamp_ms);
+        let body = produce_request(
+            acks,
+            3_000,
+            &[ProduceEntry {
+                topic: TOPIC,
+                partition,
+                batch: &records,
+            }],
+        );
+        carried += 1;
+        {
+            let mut m = model.borrow_mut();
+            m.report.requests += 1;
+            m.report.longest_connection_requests =
+                m.report.longest_connection_requests.max(carried);
+        }
+        let answer = conn
+            .call(ApiKey::Produce as u16, &body, &[&records], 3_000)
+            .await;
+        let outcomes = match answer {
+            Err(e) => {
+                model
+                    .borrow_mut()
+                    .note(format!("producer {producer}: tag {tag}: {e}"));
+                connection = None;
+                continue;
+            }
+            Ok(response) => match produce_response(response.body()) {
+                Ok(outcomes) => outcomes,
+                Err(e) => {
+                    model.borrow_mut().violation(format!(
+                        "producer {producer}: malformed produce answer: {e}"
+                    ));
+                    return;
+                }
+            },
+        };
+        model
+            .borrow_mut()
+            .answered(producer, partition, Sent { tag, count }, outcomes);
+        runtime::sleep(Duration::from_micros(sim::random_below(2_000))).await;
+    }
+}
+
+/// A consumer tailing every partition with long polls on one connection.
+async fn consume(setup: Rc<Setup>, model: Rc<RefCell<Model>>, stop: Rc<Cell<bool>>) {
+    let mut next: Vec<i64> = vec![0; setup.partitions as usize];
+    // Starts at the end of what the read-back saw, so it tails.
+    for (partition, slot) in next.iter_mut().enumerate() {
+        *slot = model
+            .borrow()
+            .read
+            .range((partition as i32, 0)..(partition as i32 + 1, 0))
+            .map(|(&(_, base), sent)| base + sent.count as i64)
+            .max()
+            .unwrap_or(0);
+    }
+    let mut connection: Option<PeerConnection> = None;
+    while !stop.get() {
+        let Some(conn) = connection.as_mut() else {
+            connection = connect().await;
+            if connection.is_none() {
+                runtime::sleep(Duration::from_millis(10)).await;
+            }
+            continue;
+        };
+        let wanted: Vec<(i32, i64)> = next
+            .iter()
+            .enumerate()
+            .map(|(p, &offset)| (p as i32, offset))
+            .collect();
+        match fetch_once(conn, &wanted, 20).await {
+            Err(e) => {
+                model.borrow_mut().note(format!("consumer: {e}"));
+                connection = None;
+            }
+            Ok(answers) => {
+                for answer in answers {
+                    let mut found = BTreeMap::new();
+                    if let Some(end) = check_answer(&model, &answer, "consumer", &mut found) {
+                        next[answer.partition as usize] = end;
+                    }
+                    model.borrow_mut().report.records_consumed +=
+                        found.values().map(|s| s.count as u64).sum::<u64>();
+                }
+            }
+        }
+    }
+}
