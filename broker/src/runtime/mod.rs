@@ -225,6 +225,17 @@ where
     glommio::executor().spawn_blocking(work).await
 }
 
+/// A random number: from the simulation's seed while one runs on the
+/// thread (so a seed replays exactly), otherwise from the process's own
+/// randomly keyed hasher.
+pub fn random_u64() -> u64 {
+    if sim::is_active() {
+        return sim::random_below(u64::MAX);
+    }
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+}
+
 /// Sleeps on the current executor's timer.
 pub async fn sleep(duration: Duration) {
     if sim::is_active() {

@@ -24,7 +24,6 @@ use protocol::BrokerEpoch;
 use protocol::{BrokerId, ErrorCode, PartitionEpoch};
 
 use super::{OpError, Shard, TopicOutcome};
-use crate::clock::Clock;
 use crate::cluster_view::TopicSpec;
 use crate::runtime::peer::{PeerConnection, PeerError};
 use crate::runtime::{self};
@@ -155,11 +154,8 @@ fn endpoints(shard: &Shard) -> BrokerEndpoints {
 }
 
 /// A random id for this broker process, never 0.
-fn new_incarnation_id(clock: &dyn Clock) -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new()
-        .hash_one((std::process::id(), clock.now_ms()))
-        .max(1)
+fn new_incarnation_id() -> u64 {
+    runtime::random_u64().max(1)
 }
 
 async fn register(
@@ -196,7 +192,7 @@ struct Registration {
 pub async fn run_session(shard: Rc<Shard>, controllers: Vec<String>) {
     let mut targets = Targets::new(controllers);
     let mut registration = Registration {
-        incarnation_id: new_incarnation_id(shard.clock.as_ref()),
+        incarnation_id: new_incarnation_id(),
         session: None,
     };
     while !shard.stopping.get() {

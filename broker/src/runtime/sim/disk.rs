@@ -267,9 +267,14 @@ impl SimDisk {
             rng.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound.max(1)
         };
         let mut report = PowerLoss::default();
-        let files: Vec<Rc<RefCell<FileState>>> = std::mem::take(&mut self.state.borrow_mut().files)
-            .into_values()
-            .collect();
+        let mut files: Vec<Rc<RefCell<FileState>>> =
+            std::mem::take(&mut self.state.borrow_mut().files)
+                .into_values()
+                .collect();
+        // In the order their first unsynced change completed, not by inode
+        // number (which the host's file system picks), so the draws fall on
+        // the same files every time a seed runs.
+        files.sort_by_key(|f| f.borrow().unsynced.first().map_or(0, |(seq, _)| *seq));
         for file in files {
             let mut file = file.borrow_mut();
             let changes = std::mem::take(&mut file.unsynced);

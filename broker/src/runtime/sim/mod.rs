@@ -93,6 +93,9 @@ impl Wake for TaskWaker {
 struct TaskSlot {
     future: Option<LocalFuture>,
     waker: Arc<TaskWaker>,
+    /// The simulated process the task belongs to (`spawn_process`): the
+    /// group of the task that spawned it, so a kill takes all of them.
+    process: u32,
     /// Cancelled while being polled: dropped once the poll returns.
     cancelled: bool,
 }
@@ -104,6 +107,9 @@ struct Executor {
     next_id: Cell<usize>,
     queue: Arc<ReadyQueue>,
     ready: RefCell<Vec<usize>>,
+    /// The process of the task being polled (0 outside any).
+    polling_process: Cell<u32>,
+    tearing_down: Cell<bool>,
     now_ns: Cell<u64>,
     timers: RefCell<BTreeMap<(u64, u64), Waker>>,
     timer_seq: Cell<u64>,
@@ -156,6 +162,10 @@ impl Executor {
     }
 
     fn spawn(&self, future: LocalFuture) -> usize {
+        self.spawn_in_process(self.polling_process.get(), future)
+    }
+
+    fn spawn_in_process(&self, process: u32, future: LocalFuture) -> usize {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let waker = Arc::new(TaskWaker {
@@ -167,6 +177,7 @@ impl Executor {
             TaskSlot {
                 future: Some(future),
                 waker,
+                process,
                 cancelled: false,
             },
         );
@@ -214,18 +225,22 @@ impl Executor {
         };
         let taken = {
             let mut tasks = self.tasks.borrow_mut();
-            tasks
-                .get_mut(&id)
-                .and_then(|slot| slot.future.take().map(|f| (f, slot.waker.clone())))
+            tasks.get_mut(&id).and_then(|slot| {
+                slot.future
+                    .take()
+                    .map(|f| (f, slot.waker.clone(), slot.process))
+            })
         };
-        let Some((mut future, task_waker)) = taken else {
+        let Some((mut future, task_waker, process)) = taken else {
             return true; // finished or cancelled since it was woken
         };
         let waker = Waker::from(task_waker.clone());
+        self.polling_process.set(process);
         let done = future
             .as_mut()
             .poll(&mut Context::from_waker(&waker))
             .is_ready();
+        self.polling_process.set(0);
         drop(waker);
         self.polls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -293,6 +308,8 @@ pub fn run<T: 'static>(
         next_id: Cell::new(0),
         queue: Arc::new(ReadyQueue(Mutex::new(Vec::new()))),
         ready: RefCell::new(Vec::new()),
+        polling_process: Cell::new(0),
+        tearing_down: Cell::new(false),
         now_ns: Cell::new(0),
         timers: RefCell::new(BTreeMap::new()),
         timer_seq: Cell::new(0),
@@ -302,6 +319,9 @@ pub fn run<T: 'static>(
         net: net::SimNet::default(),
     });
     CURRENT.with(|c| *c.borrow_mut() = Some(executor.clone()));
+    // Dropped last, so the thread leaves the simulation even when a task's
+    // drop panics during the teardown.
+    let _leave = LeaveSimulation;
     // Also on a panic (an assertion of the code under test, or the
     // executor's own), so the tasks' drops still find their executor.
     let _teardown = Teardown {
@@ -355,6 +375,7 @@ struct Teardown {
 
 impl Drop for Teardown {
     fn drop(&mut self) {
+        self.executor.tearing_down.set(true);
         loop {
             let first = self.executor.tasks.borrow().keys().next().copied();
             match first {
@@ -366,8 +387,21 @@ impl Drop for Teardown {
             }
         }
         self.executor.timers.borrow_mut().clear();
+    }
+}
+
+struct LeaveSimulation;
+
+impl Drop for LeaveSimulation {
+    fn drop(&mut self) {
         CURRENT.with(|c| *c.borrow_mut() = None);
     }
+}
+
+/// Whether the run is being torn down (its tasks dropped as by a kill):
+/// nothing dropped then may start new work.
+pub(crate) fn is_tearing_down() -> bool {
+    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|e| e.tearing_down.get()))
 }
 
 /// Aborts the process, naming the seed, when one poll runs longer than
@@ -444,24 +478,78 @@ impl<T> std::fmt::Debug for SimTask<T> {
 }
 
 pub(crate) fn spawn<T: 'static>(future: impl Future<Output = T> + 'static) -> SimTask<T> {
+    spawn_with(future, |executor, task| executor.spawn(task))
+}
+
+/// Starts a simulated process: `future` and every task it spawns belong to
+/// `process` (not 0), which `kill_process` ends at once, as kill -9 ends a
+/// process's threads. Several processes (brokers) then share one simulation.
+pub fn spawn_process<T: 'static>(
+    process: u32,
+    future: impl Future<Output = T> + 'static,
+) -> SimTask<T> {
+    assert_ne!(process, 0, "process 0 is the simulation itself");
+    spawn_with(future, |executor, task| {
+        executor.spawn_in_process(process, task)
+    })
+}
+
+/// Drops every task of `process` (in id order), with whatever it holds:
+/// files, listeners, connections (their peers see them close). Returns how
+/// many tasks it ended. Never called from a task of that process.
+pub fn kill_process(process: u32) -> usize {
+    assert_ne!(process, 0, "process 0 is the simulation itself");
+    let executor = current();
+    assert_ne!(
+        executor.polling_process.get(),
+        process,
+        "a process does not kill itself"
+    );
+    let ids: Vec<usize> = executor
+        .tasks
+        .borrow()
+        .iter()
+        .filter(|(_, slot)| slot.process == process)
+        .map(|(&id, _)| id)
+        .collect();
+    for &id in &ids {
+        executor.cancel(id);
+    }
+    ids.len()
+}
+
+/// Runs `future` in the simulation itself (process 0), whoever spawns it:
+/// for the network's deliveries, which outlive the process that wrote.
+pub(crate) fn spawn_detached_in_simulation(future: impl Future<Output = ()> + 'static) {
+    current().spawn_in_process(0, Box::pin(future));
+}
+
+fn spawn_with<T: 'static>(
+    future: impl Future<Output = T> + 'static,
+    start: impl FnOnce(&Executor, LocalFuture) -> usize,
+) -> SimTask<T> {
     let join = Rc::new(RefCell::new(Join {
         output: None,
         finished: false,
         waiter: None,
     }));
     let slot = join.clone();
-    let id = current().spawn(Box::pin(async move {
-        let value = future.await;
-        let waiter = {
-            let mut join = slot.borrow_mut();
-            join.output = Some(value);
-            join.finished = true;
-            join.waiter.take()
-        };
-        if let Some(waiter) = waiter {
-            waiter.wake();
-        }
-    }));
+    let executor = current();
+    let id = start(
+        &executor,
+        Box::pin(async move {
+            let value = future.await;
+            let waiter = {
+                let mut join = slot.borrow_mut();
+                join.output = Some(value);
+                join.finished = true;
+                join.waiter.take()
+            };
+            if let Some(waiter) = waiter {
+                waiter.wake();
+            }
+        }),
+    );
     SimTask {
         id,
         join,
@@ -470,11 +558,11 @@ pub(crate) fn spawn<T: 'static>(future: impl Future<Output = T> + 'static) -> Si
 }
 
 impl<T> SimTask<T> {
-    pub(crate) fn detach(mut self) {
+    pub fn detach(mut self) {
         self.detached = true;
     }
 
-    pub(crate) fn cancel(mut self) -> Option<T> {
+    pub fn cancel(mut self) -> Option<T> {
         self.detached = true;
         current().cancel(self.id);
         self.join.borrow_mut().output.take()
@@ -644,6 +732,36 @@ mod tests {
         };
         assert_eq!(trace(7), trace(7));
         assert_ne!(trace(7), trace(8));
+    }
+
+    #[test]
+    fn a_killed_process_loses_every_task_it_spawned_and_no_other() {
+        let ticks = Rc::new(RefCell::new(BTreeMap::<u32, u32>::new()));
+        let seen = ticks.clone();
+        run(&SimConfig::new(3), &SimDisk::new(), None, async move {
+            for process in [1u32, 2] {
+                let ticks = ticks.clone();
+                spawn_process(process, async move {
+                    // A child of the process's root: killed with it.
+                    spawn(async move {
+                        loop {
+                            *ticks.borrow_mut().entry(process).or_default() += 1;
+                            sleep(Duration::from_millis(10)).await;
+                        }
+                    })
+                    .detach();
+                    std::future::pending::<()>().await;
+                })
+                .detach();
+            }
+            sleep(Duration::from_millis(100)).await;
+            assert_eq!(kill_process(1), 2, "the root and its child");
+            sleep(Duration::from_millis(100)).await;
+        })
+        .unwrap();
+        let ticks = seen.borrow();
+        assert!((9..=11).contains(&ticks[&1]), "{ticks:?}");
+        assert!((19..=21).contains(&ticks[&2]), "{ticks:?}");
     }
 
     #[test]

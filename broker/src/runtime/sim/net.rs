@@ -6,7 +6,9 @@
 //! pipe holds at most `PIPE_BYTES_MAX` in flight (a writer beyond it waits,
 //! as on a full socket buffer), and closing a write end is seen by the
 //! reader after the bytes before it. Everything lives in the executor, so a
-//! run's end (a kill -9) takes every listener and connection with it.
+//! run's end (a kill -9) takes every listener and connection with it. Links
+//! between simulated processes can be slowed or cut (`set_link`): a cut
+//! holds every byte until it heals, as TCP's retransmissions would.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -25,15 +27,63 @@ pub const PIPE_BYTES_MAX: usize = 256 << 10;
 const EPHEMERAL_PORT_FIRST: u16 = 40_000;
 const EPHEMERAL_PORTS: u16 = 20_000;
 
-/// The executor's network: who listens where.
+/// How often a delivery held by a cut link looks again.
+const CUT_RECHECK_MS: u64 = 5;
+
+/// The executor's network: who listens where, and the state of the links
+/// between processes.
 #[derive(Default)]
 pub(super) struct SimNet {
     listeners: RefCell<HashMap<SocketAddr, Rc<ListenerState>>>,
     next_port: Cell<u16>,
+    /// By (lower process, higher process): both directions alike.
+    links: RefCell<std::collections::BTreeMap<(u32, u32), Link>>,
+}
+
+/// A link's faults.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Link {
+    /// Added to every delivery's delay.
+    pub extra_delay_us: u64,
+    /// Nothing is delivered while set.
+    pub cut: bool,
+}
+
+fn link_key(a: u32, b: u32) -> (u32, u32) {
+    (a.min(b), a.max(b))
+}
+
+/// Sets the faults of the link between processes `a` and `b` (a simulated
+/// process, see `spawn_process`; 0 is everything else).
+pub fn set_link(a: u32, b: u32, link: Link) {
+    let executor = current();
+    let mut links = executor.net.links.borrow_mut();
+    if link == Link::default() {
+        links.remove(&link_key(a, b));
+    } else {
+        links.insert(link_key(a, b), link);
+    }
+}
+
+/// Heals every link.
+pub fn heal_all() {
+    current().net.links.borrow_mut().clear();
+}
+
+fn link(a: u32, b: u32) -> Link {
+    current()
+        .net
+        .links
+        .borrow()
+        .get(&link_key(a, b))
+        .copied()
+        .unwrap_or_default()
 }
 
 #[derive(Default)]
 struct ListenerState {
+    /// The process that bound it.
+    process: u32,
     backlog: RefCell<VecDeque<(SimReadHalf, SimWriteHalf, SocketAddr)>>,
     acceptor: RefCell<Option<Waker>>,
 }
@@ -46,6 +96,9 @@ enum Chunk {
 /// One direction of a connection.
 #[derive(Default)]
 struct Pipe {
+    /// The processes at the writing and the reading end.
+    writer_process: u32,
+    reader_process: u32,
     /// Written, waiting for its delivery time, in write order.
     in_flight: RefCell<VecDeque<(u64, Chunk)>>,
     in_flight_bytes: Cell<usize>,
@@ -71,7 +124,10 @@ impl Pipe {
     fn send(self: &Rc<Pipe>, chunk: Chunk) {
         let executor = current();
         let now_ns = executor.now_ns.get();
-        let delay_ns = executor.random_below(executor.config.net_latency_us_max + 1) * 1_000;
+        let faults = link(self.writer_process, self.reader_process);
+        let delay_ns = (executor.random_below(executor.config.net_latency_us_max + 1)
+            + faults.extra_delay_us)
+            * 1_000;
         let at = (now_ns + delay_ns).max(self.last_delivery_ns.get());
         self.last_delivery_ns.set(at);
         if let Chunk::Bytes(bytes) = &chunk {
@@ -80,11 +136,15 @@ impl Pipe {
         }
         self.in_flight.borrow_mut().push_back((at, chunk));
         let pipe = self.clone();
-        super::spawn(async move {
+        // Bytes handed to the network arrive even if their writer's process
+        // is killed meanwhile, as a kernel's socket buffer still sends them.
+        super::spawn_detached_in_simulation(async move {
             super::sleep(Duration::from_nanos(at - now_ns)).await;
+            while link(pipe.writer_process, pipe.reader_process).cut {
+                super::sleep(Duration::from_millis(CUT_RECHECK_MS)).await;
+            }
             pipe.deliver_due();
-        })
-        .detach();
+        });
     }
 
     /// Moves everything whose time has come to the reader's side, in order.
@@ -226,8 +286,10 @@ impl SimWriteHalf {
 
 impl Drop for SimWriteHalf {
     fn drop(&mut self) {
-        // A run being torn down (a kill) delivers nothing more.
-        if is_active() {
+        // A run being torn down (the end of the simulation) delivers nothing
+        // more; a process killed inside it closes its connections, as the
+        // kernel does for a dead process.
+        if is_active() && !super::is_tearing_down() {
             self.close();
         }
     }
@@ -258,7 +320,10 @@ impl SimListener {
                 format!("{addr} is already bound in the simulation"),
             ));
         }
-        let state = Rc::new(ListenerState::default());
+        let state = Rc::new(ListenerState {
+            process: executor.polling_process.get(),
+            ..ListenerState::default()
+        });
         listeners.insert(addr, state.clone());
         Ok(SimListener { addr, state })
     }
@@ -315,8 +380,17 @@ pub async fn connect(addr: SocketAddr) -> io::Result<(SimReadHalf, SimWriteHalf)
         .next_port
         .set(n.wrapping_add(1) % EPHEMERAL_PORTS);
     let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), EPHEMERAL_PORT_FIRST + n);
-    let to_server = Rc::new(Pipe::default());
-    let to_client = Rc::new(Pipe::default());
+    let client = executor.polling_process.get();
+    let to_server = Rc::new(Pipe {
+        writer_process: client,
+        reader_process: listener.process,
+        ..Pipe::default()
+    });
+    let to_client = Rc::new(Pipe {
+        writer_process: listener.process,
+        reader_process: client,
+        ..Pipe::default()
+    });
     listener.backlog.borrow_mut().push_back((
         SimReadHalf {
             pipe: to_server.clone(),
@@ -379,6 +453,39 @@ mod tests {
         let expected: Vec<u8> = (0..200u32).flat_map(|c| c.to_le_bytes()).collect();
         assert_eq!(bytes, expected);
         assert!(reads > 200 * 4 / 64, "reads take drawn parts: {reads}");
+    }
+
+    #[test]
+    fn a_cut_link_holds_bytes_until_it_heals() {
+        run(&SimConfig::new(6), &SimDisk::new(), None, async {
+            let server = crate::runtime::sim::spawn_process(1, async {
+                let listener = Listener::bind(addr()).unwrap();
+                let (mut read, _write, _) = listener.accept().await.unwrap();
+                let mut byte = [0u8; 1];
+                read.read_exact(&mut byte).await.unwrap();
+                crate::runtime::sim::now()
+            });
+            let client = crate::runtime::sim::spawn_process(2, async {
+                crate::runtime::sleep(Duration::from_millis(1)).await;
+                let (_read, mut write) = connect(addr(), Duration::from_secs(1)).await.unwrap();
+                write.write_all(&[9]).await.unwrap();
+                std::future::pending::<()>().await;
+            });
+            set_link(
+                1,
+                2,
+                Link {
+                    extra_delay_us: 0,
+                    cut: true,
+                },
+            );
+            crate::runtime::sleep(Duration::from_millis(500)).await;
+            set_link(1, 2, Link::default());
+            let arrived = server.await;
+            drop(client);
+            assert!(arrived >= Duration::from_millis(500), "{arrived:?}");
+        })
+        .unwrap();
     }
 
     #[test]
