@@ -7,6 +7,7 @@
 #   scripts/sim.sh --seed 1234 --trace      # replay one seed with its full trace
 #   scripts/sim.sh --storage --seeds 2000   # the storage simulation (the real partition log)
 #   scripts/sim.sh --shard --seeds 500      # the shard simulation (the real request path)
+#   scripts/sim.sh --replicated --seeds 200 # the replicated simulation (three real brokers)
 #
 # Each failing seed prints its violation, the trace leading to it and the
 # command that replays it; the exit status is non-zero if any seed failed.

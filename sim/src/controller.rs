@@ -144,7 +144,7 @@ impl SimController {
     }
 
     /// As `controller::service::heartbeat`.
-    fn heartbeat(
+    pub fn heartbeat(
         &mut self,
         broker_id: BrokerId,
         broker_epoch: protocol::BrokerEpoch,

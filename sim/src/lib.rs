@@ -15,17 +15,25 @@
 //!
 //! The storage simulation (`storage`) goes further down: the broker's
 //! `PartitionLog` itself runs as async tasks on the runtime's deterministic
-//! executor and simulated disk, through kill -9 and power losses.
+//! executor and simulated disk, through kill -9 and power losses. The shard
+//! simulation (`shard`) runs a whole real `Shard` behind the runtime's
+//! simulated network with wire-protocol clients, and the replicated one
+//! (`replicated`) three real brokers replicating to each other under a
+//! simulated controller that speaks the real control protocol
+//! (`control_server`).
 
 pub mod broker;
 pub mod checker;
 pub mod client;
+pub mod control_server;
 pub mod controller;
 pub mod disk;
 pub mod msg;
+pub mod replicated;
 pub mod rng;
 pub mod shard;
 pub mod storage;
+pub mod tagged;
 pub mod world;
 
 pub use world::{Failure, Options, Report};
@@ -39,6 +47,17 @@ fn scratch_dir(kind: &str, seed: u64) -> std::path::PathBuf {
         "ringlog-sim-{kind}-{}-{seed}-{run}",
         std::process::id()
     ))
+}
+
+/// A number for one choice of a seed (`what` names the choice): each choice
+/// gets bits of its own, so neighbouring seeds and lives do not make
+/// neighbouring choices (splitmix64 of the pair).
+pub fn draw(seed: u64, what: u64) -> u64 {
+    let mut z = seed ^ what.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Runs one seed.

@@ -37,8 +37,10 @@ struct Args {
     settle_ms: u64,
     #[arg(long, default_value_t = 3)]
     brokers: u32,
-    #[arg(long, default_value_t = 2)]
-    partitions: u32,
+    /// Partitions of the topic (default: the mode's own, 2 for the cluster
+    /// simulation, 3 for the shard and replicated ones).
+    #[arg(long)]
+    partitions: Option<u32>,
     /// Stop at the first failing seed.
     #[arg(long)]
     fail_fast: bool,
@@ -51,17 +53,29 @@ struct Args {
     /// with wire-protocol clients, through kill -9 and power losses.
     #[arg(long, conflicts_with = "storage")]
     shard: bool,
+    /// Run the replicated simulation: three real brokers replicating over
+    /// the simulated network under a simulated controller, through kill -9
+    /// of one broker at a time, then of all of them (often with a power
+    /// loss), read back from the restarted cluster.
+    #[arg(long, conflicts_with_all = ["storage", "shard"])]
+    replicated: bool,
     /// Shard simulation: simulated milliseconds the last life runs its
     /// workload before closing cleanly (long lives keep long connections).
     #[arg(long, default_value_t = 1_500)]
     last_life_ms: u64,
+    /// Shard simulation: cut the power under every flush policy (the
+    /// checker's self-test: acknowledged records may then be lost).
+    #[arg(long)]
+    power_loss_under_any_policy: bool,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let options = sim::Options {
         brokers: args.brokers,
-        partitions: args.partitions,
+        partitions: args
+            .partitions
+            .unwrap_or(sim::Options::default().partitions),
         chaos_ms: args.chaos_ms,
         settle_ms: args.settle_ms,
         trace: args.trace,
@@ -87,6 +101,10 @@ fn main() -> ExitCode {
     if args.shard {
         *MODE.lock().expect("not poisoned") = "--shard ";
         return run_shard(&args, seeds);
+    }
+    if args.replicated {
+        *MODE.lock().expect("not poisoned") = "--replicated ";
+        return run_replicated(&args, seeds);
     }
     let started = Instant::now();
     let (mut acked_all, mut committed, mut events) = (0u64, 0u64, 0u64);
@@ -185,11 +203,13 @@ fn run_storage(args: &Args, seeds: Vec<u64>) -> ExitCode {
 }
 
 fn run_shard(args: &Args, seeds: Vec<u64>) -> ExitCode {
+    let default = sim::shard::ShardOptions::default();
     let options = sim::shard::ShardOptions {
-        partitions: args.partitions,
+        partitions: args.partitions.unwrap_or(default.partitions),
         last_life_ms: args.last_life_ms,
+        power_loss_under_any_policy: args.power_loss_under_any_policy,
         trace: args.trace,
-        ..Default::default()
+        ..default
     };
     let started = Instant::now();
     let mut total = sim::shard::ShardReport::default();
@@ -224,6 +244,49 @@ fn run_shard(args: &Args, seeds: Vec<u64>) -> ExitCode {
         total.records_read_back,
         total.records_consumed,
         total.longest_connection_requests,
+        started.elapsed().as_secs_f64()
+    );
+    exit_code(&failed)
+}
+
+fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
+    let default = sim::replicated::ReplicatedOptions::default();
+    let options = sim::replicated::ReplicatedOptions {
+        partitions: args.partitions.unwrap_or(default.partitions),
+        trace: args.trace,
+        ..default
+    };
+    let started = Instant::now();
+    let mut total = sim::replicated::ReplicatedReport::default();
+    let (passed, failed) = run_seeds(
+        args,
+        seeds,
+        |seed| sim::replicated::run(seed, &options),
+        |report| {
+            total.requests += report.requests;
+            total.acked_all += report.acked_all;
+            total.acked_one += report.acked_one;
+            total.refused += report.refused;
+            total.kills += report.kills;
+            total.link_faults += report.link_faults;
+            total.power_losses += report.power_losses;
+            total.writes_torn += report.writes_torn;
+            total.records_read_back += report.records_read_back;
+        },
+    );
+    println!(
+        "replicated: {passed} seeds passed, {} failed {:?}; {} produce requests, {} acks=all and {} acks=1 batches acknowledged, {} refused, {} broker kills, {} brokers cut off, {} power losses ({} writes torn), {} records read back after the whole cluster restarted, in {:.1} s",
+        failed.len(),
+        failed,
+        total.requests,
+        total.acked_all,
+        total.acked_one,
+        total.refused,
+        total.kills,
+        total.link_faults,
+        total.power_losses,
+        total.writes_torn,
+        total.records_read_back,
         started.elapsed().as_secs_f64()
     );
     exit_code(&failed)

@@ -48,7 +48,7 @@ use controller::state::ClusterState;
 use protocol::control::codec::{decode_fetch_metadata_response, encode_fetch_metadata_response};
 use protocol::control::messages::{MetadataAnswer, MetadataUpdate};
 use protocol::control::records::BrokerEndpoints;
-use protocol::{ApiKey, BatchBuilder, BrokerId, Compression, ErrorCode, Record, RecordBatch};
+use protocol::{ApiKey, BatchBuilder, BrokerId, Compression, ErrorCode, RecordBatch};
 
 const TOPIC: &str = "sim";
 const BROKER_ID: u32 = 1;
@@ -60,6 +60,9 @@ const RESPONSE_BYTES_MAX: u32 = 16 << 20;
 const FETCH_BYTES_MAX: i32 = 1 << 20;
 /// How long a read-back may take before the check calls records missing.
 const READ_BACK_MS_MAX: u64 = 10_000;
+/// What a life that ends by itself may take beyond its workload: a start
+/// with recovery, the read-back, draining connections, a clean close.
+const CLOSING_LIFE_MS_MAX: u64 = 30_000;
 /// Wall-clock milliseconds between the starts of two lives, so the broker's
 /// wall clock moves forward across restarts as a real one does.
 const LIFE_WALL_STEP_MS: i64 = 100_000;
@@ -77,6 +80,24 @@ pub struct ShardOptions {
     /// Cut the power after kills under `flush.policy=none` too, where acks
     /// do not wait for a sync: the checker's self-test.
     pub power_loss_under_any_policy: bool,
+}
+
+impl ShardOptions {
+    /// The `ringlog-sim` flags for what differs from the defaults.
+    pub fn flags(&self) -> String {
+        let default = ShardOptions::default();
+        let mut flags = String::new();
+        if self.partitions != default.partitions {
+            flags += &format!(" --partitions {}", self.partitions);
+        }
+        if self.last_life_ms != default.last_life_ms {
+            flags += &format!(" --last-life-ms {}", self.last_life_ms);
+        }
+        if self.power_loss_under_any_policy {
+            flags += " --power-loss-under-any-policy";
+        }
+        flags
+    }
 }
 
 impl Default for ShardOptions {
@@ -109,27 +130,7 @@ pub struct ShardReport {
     pub longest_connection_requests: u64,
 }
 
-#[derive(Debug)]
-pub struct ShardFailure {
-    pub seed: u64,
-    pub violation: String,
-    pub trace: Vec<String>,
-}
-
-impl std::fmt::Display for ShardFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "shard seed {} failed: {}", self.seed, self.violation)?;
-        let skip = self.trace.len().saturating_sub(40);
-        for line in &self.trace[skip..] {
-            writeln!(f, "  {line}")?;
-        }
-        write!(
-            f,
-            "replay: cargo run --release -p sim --bin ringlog-sim -- --shard --seed {} --trace",
-            self.seed
-        )
-    }
-}
+pub type ShardFailure = crate::tagged::SeedFailure;
 
 /// What a batch held: its tag (unique in the seed) and record count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,31 +173,39 @@ impl Model {
         sent: Sent,
         outcomes: Vec<ProduceOutcome>,
     ) {
-        for outcome in outcomes {
-            if outcome.error != ErrorCode::None {
-                self.note(format!(
-                    "producer {producer}: tag {} to {partition}: {:?}",
-                    sent.tag, outcome.error
-                ));
-                continue;
-            }
-            let key = (outcome.partition, outcome.base_offset);
-            if let Some(before) = self.acked.insert(key, sent) {
-                self.violation(format!(
-                    "partition {} offset {} acknowledged twice: {before:?}, then {sent:?}",
-                    outcome.partition, outcome.base_offset
-                ));
-            }
-            if let Some(read) = self.read.get(&key).copied() {
-                if read != sent {
-                    self.violation(format!(
-                        "partition {} offset {} acknowledged as {sent:?}, read as {read:?}",
-                        outcome.partition, outcome.base_offset
-                    ));
-                }
-            }
-            self.report.acked_batches += 1;
+        let [outcome] = &outcomes[..] else {
+            self.violation(format!(
+                "producer {producer}: tag {} to partition {partition} answered with {} outcomes",
+                sent.tag,
+                outcomes.len()
+            ));
+            return;
+        };
+        // One replica, always its leader, and nothing else going wrong: no
+        // produce may fail.
+        if outcome.error != ErrorCode::None || outcome.partition != partition {
+            self.violation(format!(
+                "producer {producer}: tag {} to partition {partition} answered {:?} for partition {}",
+                sent.tag, outcome.error, outcome.partition
+            ));
+            return;
         }
+        let key = (outcome.partition, outcome.base_offset);
+        if let Some(before) = self.acked.insert(key, sent) {
+            self.violation(format!(
+                "partition {} offset {} acknowledged twice: {before:?}, then {sent:?}",
+                key.0, key.1
+            ));
+        }
+        if let Some(read) = self.read.get(&key).copied() {
+            if read != sent {
+                self.violation(format!(
+                    "partition {} offset {} acknowledged as {sent:?}, read as {read:?}",
+                    key.0, key.1
+                ));
+            }
+        }
+        self.report.acked_batches += 1;
     }
 
     /// A batch the shard served at `base` below its high watermark.
@@ -224,6 +233,9 @@ struct Setup {
     metadata: MetadataUpdate,
     partitions: u32,
     producers: u32,
+    /// Power losses also hit a policy that does not sync: what was served
+    /// may then be gone (the checker's self-test).
+    served_may_vanish: bool,
 }
 
 /// Runs one seed of the shard simulation.
@@ -246,7 +258,7 @@ fn flush_always(seed: u64) -> bool {
 fn broker_config(seed: u64, data: &Path) -> BrokerConfig {
     let log = FileLogConfig {
         // Small segments, so lives roll, recover and read across several.
-        segment_size_bytes: Some(64 << 10 << (seed % 3)),
+        segment_size_bytes: Some(64 << 10 << (crate::draw(seed, 1) % 3)),
         flush_policy: Some(if flush_always(seed) { "always" } else { "none" }.to_string()),
         ..FileLogConfig::default()
     };
@@ -311,7 +323,9 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
     let fail = |model: &Rc<RefCell<Model>>, violation: String| {
         let model = model.borrow();
         ShardFailure {
+            mode: "shard",
             seed,
+            options: options.flags(),
             violation,
             trace: model.trace.clone(),
         }
@@ -328,6 +342,7 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
         metadata,
         partitions: options.partitions,
         producers: options.producers,
+        served_may_vanish: options.power_loss_under_any_policy,
     });
     model.borrow_mut().note(format!(
         "seed {seed}: flush policy {}",
@@ -335,7 +350,7 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
     ));
     // The lives with a workload, then one that only reads back.
     for life in 0..=options.lives {
-        let life_seed = seed.wrapping_mul(1_000_003).wrapping_add(life as u64);
+        let life_seed = crate::draw(seed, 100 + life as u64);
         let sim_config = sim::SimConfig {
             label: format!("shard seed {seed}, life {life}"),
             start_wall_ms: 1_700_000_000_000 + life as i64 * LIFE_WALL_STEP_MS,
@@ -343,14 +358,21 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
         };
         let check_only = life == options.lives;
         let last_workload = life + 1 == options.lives;
+        // The lives that end by themselves get a bound too: running past it
+        // (a hang behind timers that keep firing) is a failure, not a kill.
         let (until, close_after_ms) = if check_only {
-            (None, None)
+            (Some(Duration::from_millis(CLOSING_LIFE_MS_MAX)), None)
         } else if last_workload {
-            (None, Some(options.last_life_ms))
+            (
+                Some(Duration::from_millis(
+                    options.last_life_ms + CLOSING_LIFE_MS_MAX,
+                )),
+                Some(options.last_life_ms),
+            )
         } else {
             (
                 Some(Duration::from_millis(
-                    100 + life_seed % options.life_ms_max.max(1),
+                    100 + crate::draw(life_seed, 1) % options.life_ms_max.max(1),
                 )),
                 None,
             )
@@ -366,6 +388,12 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
         );
         match outcome {
             Ok(()) => {}
+            Err(sim::SimStop::TimeUp { now_ms, .. }) if close_after_ms.is_some() || check_only => {
+                return Err(fail(
+                    &model,
+                    format!("life {life}: still running at {now_ms} ms, past its bound"),
+                ));
+            }
             Err(sim::SimStop::TimeUp { now_ms, .. }) => {
                 let mut m = model.borrow_mut();
                 m.report.kills += 1;
@@ -380,7 +408,7 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
         }
         let workload_killed = !check_only && !last_workload;
         let power_may_fail = flush_always(seed) || options.power_loss_under_any_policy;
-        if workload_killed && power_may_fail && life_seed.is_multiple_of(2) {
+        if workload_killed && power_may_fail && crate::draw(life_seed, 2).is_multiple_of(2) {
             let loss = disk.power_loss(life_seed).expect("power loss applies");
             let mut m = model.borrow_mut();
             m.report.power_losses += 1;
@@ -487,23 +515,24 @@ async fn read_back(setup: &Setup, model: &Rc<RefCell<Model>>) {
     for partition in 0..setup.partitions as i32 {
         let mut found: BTreeMap<i64, Sent> = BTreeMap::new();
         let mut next = 0i64;
-        // Wanted: the end of the acknowledged batches, at least.
-        let wanted = model
-            .borrow()
-            .acked
-            .range((partition, 0)..(partition + 1, 0))
-            .map(|(&(_, base), sent)| base + sent.count as i64)
-            .max()
-            .unwrap_or(0);
+        // Wanted: the end of every batch acknowledged or served before.
+        let wanted = {
+            let m = model.borrow();
+            let range = (partition, 0)..(partition + 1, 0);
+            m.acked
+                .range(range.clone())
+                .chain(m.read.range(range))
+                .map(|(&(_, base), sent)| base + sent.count as i64)
+                .max()
+                .unwrap_or(0)
+        };
         while next < wanted && sim::now() < deadline {
             match fetch_once(&mut connection, &[(partition, next)], 50).await {
                 Err(e) => {
-                    model.borrow_mut().note(format!("read-back fetch: {e}"));
-                    runtime::sleep(Duration::from_millis(20)).await;
-                    match connect().await {
-                        Some(c) => connection = c,
-                        None => break,
-                    }
+                    model
+                        .borrow_mut()
+                        .violation(format!("read-back fetch of partition {partition}: {e}"));
+                    return;
                 }
                 Ok(answers) => {
                     for answer in answers {
@@ -516,9 +545,10 @@ async fn read_back(setup: &Setup, model: &Rc<RefCell<Model>>) {
         }
         let mut m = model.borrow_mut();
         m.report.records_read_back += found.values().map(|s| s.count as u64).sum::<u64>();
+        let range = (partition, 0)..(partition + 1, 0);
         let acked: Vec<(i64, Sent)> = m
             .acked
-            .range((partition, 0)..(partition + 1, 0))
+            .range(range.clone())
             .map(|(&(_, base), &sent)| (base, sent))
             .collect();
         for (base, sent) in acked {
@@ -530,6 +560,33 @@ async fn read_back(setup: &Setup, model: &Rc<RefCell<Model>>) {
                 None => m.violation(format!(
                     "read-back: acknowledged batch {sent:?} at partition {partition} offset {base} is gone after the restart (read up to {next})"
                 )),
+            }
+        }
+        // What consumers were served lay below the high watermark: as
+        // durable as an acknowledgement, unless the power went under a
+        // policy that does not sync (the self-test).
+        let served: Vec<(i64, Sent)> = m
+            .read
+            .range(range)
+            .map(|(&(_, base), &sent)| (base, sent))
+            .collect();
+        for (base, sent) in served {
+            if found.get(&base) != Some(&sent) && !setup.served_may_vanish {
+                m.violation(format!(
+                    "read-back: batch {sent:?} served at partition {partition} offset {base} below the high watermark is gone after the restart (read up to {next})"
+                ));
+            }
+        }
+        if setup.served_may_vanish {
+            // Forget what is gone, so a later life judges the new log.
+            let gone: Vec<(i32, i64)> = m
+                .read
+                .range((partition, 0)..(partition + 1, 0))
+                .filter(|(&(_, base), sent)| found.get(&base) != Some(sent))
+                .map(|(&k, _)| k)
+                .collect();
+            for key in gone {
+                m.read.remove(&key);
             }
         }
     }
@@ -591,7 +648,8 @@ fn check_answer(
     found: &mut BTreeMap<i64, Sent>,
 ) -> Option<i64> {
     if answer.error != ErrorCode::None {
-        model.borrow_mut().note(format!(
+        // One replica, always its leader: no fetch of it may fail.
+        model.borrow_mut().violation(format!(
             "{what}: partition {} answered {:?}",
             answer.partition, answer.error
         ));
@@ -637,33 +695,11 @@ fn check_answer(
     end
 }
 
-/// The tag and count of a batch whose records each name its tag and index.
 fn decode_records(batch: &RecordBatch<'_>) -> Result<Sent, String> {
-    let section = batch
-        .records_section(1 << 26)
-        .map_err(|e| format!("records: {e}"))?;
-    let mut tag = None;
-    let mut count = 0u32;
-    for (i, record) in section.iter().enumerate() {
-        let record = record.map_err(|e| format!("record: {e}"))?;
-        let value = String::from_utf8_lossy(record.value.unwrap_or_default()).into_owned();
-        let mut parts = value.splitn(3, ':');
-        let t: u64 = parts
-            .next()
-            .and_then(|p| p.parse().ok())
-            .ok_or(format!("record value {value:?}"))?;
-        let index: usize = parts
-            .next()
-            .and_then(|p| p.parse().ok())
-            .ok_or(format!("record value {value:?}"))?;
-        if *tag.get_or_insert(t) != t || index != i {
-            return Err(format!("batch mixes records: {value:?} at index {i}"));
-        }
-        count += 1;
-    }
+    let (tag, count) = crate::tagged::read(batch)?;
     Ok(Sent {
-        tag: tag.unwrap_or(u64::MAX),
-        count,
+        tag,
+        count: count as u32,
     })
 }
 
@@ -673,18 +709,14 @@ fn batch(tag: u64, count: u32, timestamp_ms: i64) -> Vec<u8> {
     } else {
         Compression::Zstd
     };
-    let mut builder = BatchBuilder::new(compression);
-    for i in 0..count {
-        let mut value = format!("{tag}:{i}:").into_bytes();
-        value.resize(100 + (tag % 7) as usize * 60, b'x');
-        builder.push(&Record {
-            timestamp_ms: timestamp_ms + i as i64,
-            key: Some(b"key"),
-            value: Some(&value),
-            headers: &[],
-        });
-    }
-    builder.build().expect("batch builds")
+    let value_bytes = 100 + (tag % 7) as usize * 60;
+    crate::tagged::build(
+        BatchBuilder::new(compression),
+        tag,
+        count as usize,
+        value_bytes,
+        timestamp_ms,
+    )
 }
 
 /// A producer on its own connection: one batch at a time to a drawn
@@ -698,7 +730,10 @@ async fn produce(producer: u32, setup: Rc<Setup>, model: Rc<RefCell<Model>>, sto
             connection = connect().await;
             carried = 0;
             if connection.is_none() {
-                runtime::sleep(Duration::from_millis(10)).await;
+                model
+                    .borrow_mut()
+                    .violation(format!("producer {producer}: cannot connect"));
+                return;
             }
             continue;
         };
@@ -733,11 +768,12 @@ async fn produce(producer: u32, setup: Rc<Setup>, model: Rc<RefCell<Model>>, sto
             .await;
         let outcomes = match answer {
             Err(e) => {
+                // Only a kill ends a connection here, and a kill ends this
+                // task with it: an error or a timeout is the shard's.
                 model
                     .borrow_mut()
-                    .note(format!("producer {producer}: tag {tag}: {e}"));
-                connection = None;
-                continue;
+                    .violation(format!("producer {producer}: tag {tag}: {e}"));
+                return;
             }
             Ok(response) => match produce_response(response.body()) {
                 Ok(outcomes) => outcomes,
@@ -774,7 +810,10 @@ async fn consume(setup: Rc<Setup>, model: Rc<RefCell<Model>>, stop: Rc<Cell<bool
         let Some(conn) = connection.as_mut() else {
             connection = connect().await;
             if connection.is_none() {
-                runtime::sleep(Duration::from_millis(10)).await;
+                model
+                    .borrow_mut()
+                    .violation("consumer: cannot connect".into());
+                return;
             }
             continue;
         };
@@ -785,8 +824,8 @@ async fn consume(setup: Rc<Setup>, model: Rc<RefCell<Model>>, stop: Rc<Cell<bool
             .collect();
         match fetch_once(conn, &wanted, 20).await {
             Err(e) => {
-                model.borrow_mut().note(format!("consumer: {e}"));
-                connection = None;
+                model.borrow_mut().violation(format!("consumer: {e}"));
+                return;
             }
             Ok(answers) => {
                 for answer in answers {

@@ -25,7 +25,7 @@ use broker::log::verify::{verify_partition_dir, VerifyOptions};
 use broker::log::{FlushPolicy, LogConfig, LogError, PartitionLog};
 use broker::runtime::{self, sim};
 use protocol::{
-    BatchBuilder, Compression, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Record, RecordBatch,
+    BatchBuilder, Compression, LeaderEpoch, Offset, ProducerEpoch, ProducerId, RecordBatch,
     Sequence,
 };
 
@@ -74,27 +74,7 @@ pub struct StorageReport {
     pub duplicates: u64,
 }
 
-#[derive(Debug)]
-pub struct StorageFailure {
-    pub seed: u64,
-    pub violation: String,
-    pub trace: Vec<String>,
-}
-
-impl std::fmt::Display for StorageFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "storage seed {} failed: {}", self.seed, self.violation)?;
-        let from = self.trace.len().saturating_sub(60);
-        for line in &self.trace[from..] {
-            writeln!(f, "  {line}")?;
-        }
-        write!(
-            f,
-            "replay: cargo run --release -p sim --bin ringlog-sim -- --storage --seed {} --trace",
-            self.seed
-        )
-    }
-}
+pub type StorageFailure = crate::tagged::SeedFailure;
 
 /// One appended batch: which writer's which batch, and how many records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,7 +186,7 @@ fn batch(writer: u32, sent: &Unanswered) -> Vec<u8> {
         epoch,
         sequence,
     } = *sent;
-    let mut builder = BatchBuilder::new(if tag.is_multiple_of(2) {
+    let builder = BatchBuilder::new(if tag.is_multiple_of(2) {
         Compression::None
     } else {
         Compression::Zstd
@@ -216,17 +196,7 @@ fn batch(writer: u32, sent: &Unanswered) -> Vec<u8> {
         ProducerEpoch(epoch),
         Sequence(sequence),
     );
-    for i in 0..count {
-        let mut value = format!("{tag}:{i}:").into_bytes();
-        value.resize(value_bytes.max(value.len()), b'x');
-        builder.push(&Record {
-            timestamp_ms: timestamp_ms + i as i64,
-            key: Some(b"key"),
-            value: Some(&value),
-            headers: &[],
-        });
-    }
-    builder.build().expect("batch builds")
+    crate::tagged::build(builder, tag, count, value_bytes, timestamp_ms)
 }
 
 /// Base offset and tag of every batch in `bytes`, checking that each record
@@ -237,35 +207,8 @@ fn decode(bytes: &[u8]) -> Result<Vec<(i64, Written)>, String> {
     while !rest.is_empty() {
         let (batch, used) =
             RecordBatch::parse_prefix(rest, 1 << 24).map_err(|e| format!("served batch: {e}"))?;
-        let section = batch
-            .records_section(1 << 26)
-            .map_err(|e| format!("records: {e}"))?;
-        let mut tag = None;
-        let mut count = 0;
-        for (i, record) in section.iter().enumerate() {
-            let record = record.map_err(|e| format!("record: {e}"))?;
-            let value = String::from_utf8_lossy(record.value.unwrap_or_default()).into_owned();
-            let mut parts = value.splitn(3, ':');
-            let t: u64 = parts
-                .next()
-                .and_then(|p| p.parse().ok())
-                .ok_or(format!("record value {value:?}"))?;
-            let index: usize = parts
-                .next()
-                .and_then(|p| p.parse().ok())
-                .ok_or(format!("record value {value:?}"))?;
-            if *tag.get_or_insert(t) != t || index != i {
-                return Err(format!("batch mixes records: {value:?} at index {i}"));
-            }
-            count += 1;
-        }
-        out.push((
-            batch.header().base_offset.0,
-            Written {
-                tag: tag.unwrap_or(u64::MAX),
-                count,
-            },
-        ));
+        let (tag, count) = crate::tagged::read(&batch)?;
+        out.push((batch.header().base_offset.0, Written { tag, count }));
         rest = &rest[used..];
     }
     Ok(out)
@@ -300,7 +243,9 @@ fn run_in(
     let fail = |model: &Rc<RefCell<Model>>, violation: String| {
         let model = model.borrow();
         StorageFailure {
+            mode: "storage",
             seed,
+            options: String::new(),
             violation,
             trace: model.trace.clone(),
         }

@@ -20,7 +20,7 @@ fn shard_seeds_pass() {
         .unwrap_or(CI_SEEDS);
     let options = ShardOptions::default();
     let mut failures = Vec::new();
-    let (mut acked, mut kills, mut power_losses, mut read_back) = (0, 0, 0, 0);
+    let (mut acked, mut kills, mut power_losses, mut read_back, mut consumed) = (0, 0, 0, 0, 0);
     for seed in 0..seeds {
         match run(seed, &options) {
             Ok(report) => {
@@ -29,6 +29,7 @@ fn shard_seeds_pass() {
                 kills += report.kills;
                 power_losses += report.power_losses;
                 read_back += report.records_read_back;
+                consumed += report.records_consumed;
             }
             Err(failure) => failures.push(failure.to_string()),
         }
@@ -37,6 +38,7 @@ fn shard_seeds_pass() {
     assert!(kills > 0, "no seed killed the broker");
     assert!(power_losses > 0, "no seed cut the power");
     assert!(read_back > 0, "nothing was read back after a restart");
+    assert!(consumed > 0, "the tailing consumer read nothing");
     assert!(acked > seeds * 100, "too few acknowledged batches: {acked}");
 }
 

@@ -1,0 +1,823 @@
+//! The replicated simulation: three real brokers, each a `Shard` started as
+//! the broker binary starts one (controller session and metadata links,
+//! listeners, maintenance; follower fetchers as reconcile makes them),
+//! replicating over the simulated network under the simulated controller
+//! (`control_server`), on one deterministic executor and simulated disk.
+//! Brokers are simulated processes: kill -9 ends every task of one at once,
+//! and it restarts with a new incarnation after a drawn pause.
+//!
+//! One run: producers send acks=all and acks=1 batches to whoever the
+//! controller names as each partition's leader while brokers are killed and
+//! restarted one at a time; then every broker is up again for a settling
+//! period; then the whole cluster is killed at once, often with a power
+//! loss under `flush.policy=always`. A second run restarts every broker,
+//! waits for leaders, reads every partition back from its leader through
+//! Fetch and checks every acks=all acknowledgement; the brokers close
+//! cleanly and `verify-log` must find every replica directory clean.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+use broker::cluster_view::partition_dir;
+use broker::config::{BrokerConfig, FileConfig, FileLogConfig};
+use broker::log::verify::{verify_partition_dir, VerifyOptions};
+use broker::net::serve_listener;
+use broker::runtime::net::Listener;
+use broker::runtime::peer::PeerConnection;
+use broker::runtime::shards::Mesh;
+use broker::runtime::sim::net::{heal_all, set_link, Link};
+use broker::runtime::{self, sim};
+use broker::shard::{controller_link, Shard};
+use client::messages::{
+    fetch_request, fetch_response, produce_request, produce_response, FetchEntry, ProduceEntry,
+};
+use client::IsolationLevel;
+use controller::command::Command;
+use protocol::{ApiKey, BatchBuilder, BrokerId, Compression, ErrorCode, RecordBatch};
+
+use crate::control_server::{self, ControlState, CONTROLLER_LISTEN};
+use crate::tagged::SeedFailure;
+
+const TOPIC: &str = "replicated";
+const REQUEST_MS_MAX: u64 = 3_000;
+const RESPONSE_BYTES_MAX: u32 = 16 << 20;
+const FETCH_BYTES_MAX: i32 = 1 << 20;
+const PRODUCE_TIMEOUT_MS: u64 = 5_000;
+/// The controller's simulated process (brokers' processes count up from 2).
+const CONTROLLER_PROCESS: u32 = 1;
+/// How long the brokers have to register before the topic is made.
+const STARTUP_MS_MAX: u64 = 10_000;
+/// How long the read-back waits for leaders and records.
+const READ_BACK_MS_MAX: u64 = 20_000;
+/// A follower that has not caught up for this long leaves the ISR.
+const REPLICA_LAG_TIME_MAX_MS: u64 = 1_000;
+
+#[derive(Clone, Debug)]
+pub struct ReplicatedOptions {
+    pub brokers: u32,
+    pub partitions: u32,
+    pub producers: u32,
+    /// Simulated milliseconds of kills and restarts.
+    pub chaos_ms: u64,
+    /// Simulated milliseconds with every broker up before the cluster is killed.
+    pub settle_ms: u64,
+    pub trace: bool,
+    /// Send every acks=all batch with acks=1 but count it as acks=all: the
+    /// checker's self-test (leader failovers then lose some of them).
+    pub acks_all_sent_as_acks_one: bool,
+}
+
+impl Default for ReplicatedOptions {
+    fn default() -> ReplicatedOptions {
+        ReplicatedOptions {
+            brokers: 3,
+            partitions: 3,
+            producers: 3,
+            chaos_ms: 6_000,
+            settle_ms: 3_000,
+            trace: false,
+            acks_all_sent_as_acks_one: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicatedReport {
+    pub requests: u64,
+    pub acked_all: u64,
+    pub acked_one: u64,
+    /// Produce answers with an error (not leader, not enough replicas, ...).
+    pub refused: u64,
+    pub kills: u64,
+    /// Brokers cut off from the others for a while.
+    pub link_faults: u64,
+    pub power_losses: u64,
+    pub writes_torn: u64,
+    /// Records read back after the whole cluster restarted.
+    pub records_read_back: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sent {
+    tag: u64,
+    count: u32,
+}
+
+#[derive(Default)]
+struct Model {
+    /// acks=all acknowledgements, by partition and base offset.
+    acked_all: BTreeMap<(i32, i64), Sent>,
+    next_tag: u64,
+    violations: Vec<String>,
+    trace: Vec<String>,
+    print: bool,
+    report: ReplicatedReport,
+}
+
+impl Model {
+    fn note(&mut self, line: String) {
+        if self.print {
+            println!("{line}");
+        }
+        self.trace.push(line);
+    }
+
+    fn violation(&mut self, line: String) {
+        self.note(format!("VIOLATION: {line}"));
+        self.violations.push(line);
+    }
+}
+
+/// A broker's fixed parts: its id and config (ports, data directory).
+struct BrokerSlot {
+    id: u32,
+    config: Rc<BrokerConfig>,
+    /// The running process, if any, and its stop flag.
+    process: Option<(u32, Rc<Cell<bool>>)>,
+}
+
+struct Cluster {
+    brokers: RefCell<Vec<BrokerSlot>>,
+    next_process: Cell<u32>,
+    control: Rc<ControlState>,
+    partitions: u32,
+}
+
+impl Cluster {
+    fn start(&self, index: usize) {
+        let process = self.next_process.get();
+        self.next_process.set(process + 1);
+        let stop = Rc::new(Cell::new(false));
+        let config = self.brokers.borrow()[index].config.clone();
+        sim::spawn_process(process, broker_process(config, stop.clone())).detach();
+        self.brokers.borrow_mut()[index].process = Some((process, stop));
+    }
+
+    fn kill(&self, index: usize) {
+        if let Some((process, _)) = self.brokers.borrow_mut()[index].process.take() {
+            sim::kill_process(process);
+        }
+    }
+
+    fn is_up(&self, index: usize) -> bool {
+        self.brokers.borrow()[index].process.is_some()
+    }
+
+    fn process_of(&self, index: usize) -> Option<u32> {
+        self.brokers.borrow()[index]
+            .process
+            .as_ref()
+            .map(|(p, _)| *p)
+    }
+
+    /// Sets the links between broker `index` and every other live broker
+    /// (and the controller, with `controller_too`) to `link` now, and back
+    /// to healthy after `for_ms`. Clients still reach it.
+    fn fault_links(&self, index: usize, link: Link, for_ms: u64, controller_too: bool) {
+        let Some(me) = self.process_of(index) else {
+            return;
+        };
+        let mut others: Vec<u32> = (0..self.brokers.borrow().len())
+            .filter(|&i| i != index)
+            .filter_map(|i| self.process_of(i))
+            .collect();
+        if controller_too {
+            others.push(CONTROLLER_PROCESS);
+        }
+        for &other in &others {
+            set_link(me, other, link);
+        }
+        runtime::spawn(async move {
+            runtime::sleep(Duration::from_millis(for_ms)).await;
+            for other in others {
+                set_link(me, other, Link::default());
+            }
+        })
+        .detach();
+    }
+
+    /// The client address of the broker the controller names as the
+    /// partition's leader, if it names a live one.
+    fn leader_of(&self, partition: i32) -> Option<(u32, SocketAddr)> {
+        let controller = self.control.controller.borrow();
+        let topic = controller.state.topic_by_name(TOPIC)?;
+        let leader = topic.partitions.get(partition as usize)?.leader?;
+        let broker = controller.state.broker(leader)?;
+        if broker.fenced {
+            return None;
+        }
+        let brokers = self.brokers.borrow();
+        let slot = brokers.iter().find(|b| BrokerId(b.id) == leader)?;
+        Some((slot.id, slot.config.listen))
+    }
+}
+
+fn flush_always(seed: u64) -> bool {
+    seed % 3 != 2
+}
+
+fn broker_config(seed: u64, id: u32, data: &Path) -> BrokerConfig {
+    let port = 9_100 + 10 * id as u16;
+    let log = FileLogConfig {
+        segment_size_bytes: Some(64 << 10 << (seed % 3)),
+        flush_policy: Some(if flush_always(seed) { "always" } else { "none" }.to_string()),
+        ..FileLogConfig::default()
+    };
+    let file = FileConfig {
+        node_id: Some(id as i32),
+        data_dir: Some(data.join(format!("broker-{id}"))),
+        listen: Some(format!("127.0.0.1:{port}")),
+        admin_listen: Some(format!("127.0.0.1:{}", port + 5)),
+        cores: Some(1),
+        controller: Some(CONTROLLER_LISTEN.to_string()),
+        replica_lag_time_max_ms: Some(REPLICA_LAG_TIME_MAX_MS),
+        log: Some(log),
+        ..FileConfig::default()
+    };
+    BrokerConfig::from_file_config(file).expect("the simulation's broker config is valid")
+}
+
+/// One broker process, as `server::run_shard` starts a shard: controller
+/// links, then (once registered and unfenced) listeners and maintenance,
+/// until `stop`, then a clean close.
+async fn broker_process(config: Rc<BrokerConfig>, stop: Rc<Cell<bool>>) {
+    let clock = Rc::new(sim::SimClock::new());
+    let shard = Rc::new(Shard::new(0, 1, config.clone(), clock, Mesh::solo()));
+    let controllers = config.controllers.clone();
+    let links = vec![
+        runtime::spawn(controller_link::run_session(
+            shard.clone(),
+            controllers.clone(),
+        )),
+        runtime::spawn(controller_link::run_metadata(shard.clone(), controllers)),
+    ];
+    while !shard.is_serving() && !stop.get() {
+        runtime::timeout(Duration::from_millis(50), shard.serving().wait_at_least(1)).await;
+    }
+    let mut tasks = Vec::new();
+    for addr in [
+        config.listen,
+        SocketAddr::new(config.listen.ip(), config.shard_port(0)),
+    ] {
+        let listener = Listener::bind(addr).expect("a restarted broker finds its ports free");
+        tasks.push(runtime::spawn(serve_listener(
+            shard.clone(),
+            listener,
+            "sim",
+        )));
+    }
+    tasks.push(runtime::spawn(shard.clone().run_maintenance()));
+    while !stop.get() {
+        runtime::sleep(Duration::from_millis(20)).await;
+    }
+    shard.stop();
+    for link in links {
+        link.cancel().await;
+    }
+    for task in tasks {
+        task.await;
+    }
+    shard.close_all().await;
+}
+
+/// Runs one seed of the replicated simulation.
+pub fn run(seed: u64, options: &ReplicatedOptions) -> Result<ReplicatedReport, SeedFailure> {
+    let root = crate::scratch_dir("replicated", seed);
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("temp dir");
+    let result = run_in(seed, options, &root);
+    let _ = std::fs::remove_dir_all(&root);
+    result
+}
+
+fn run_in(
+    seed: u64,
+    options: &ReplicatedOptions,
+    root: &Path,
+) -> Result<ReplicatedReport, SeedFailure> {
+    let model = Rc::new(RefCell::new(Model {
+        print: options.trace,
+        ..Model::default()
+    }));
+    let fail = |model: &Rc<RefCell<Model>>, violation: String| SeedFailure {
+        mode: "replicated",
+        seed,
+        options: if options.partitions == ReplicatedOptions::default().partitions {
+            String::new()
+        } else {
+            format!(" --partitions {}", options.partitions)
+        },
+        violation,
+        trace: model.borrow().trace.clone(),
+    };
+    let disk = sim::SimDisk::new();
+    let data = root.join("data");
+    std::fs::create_dir_all(&data).expect("data dir");
+    disk.watch(&data, &root.join("shadow"))
+        .expect("the simulated disk watches the data directory");
+    let control = Rc::new(ControlState::new());
+    let configs: Vec<Rc<BrokerConfig>> = (1..=options.brokers)
+        .map(|id| Rc::new(broker_config(seed, id, &data)))
+        .collect();
+    model.borrow_mut().note(format!(
+        "seed {seed}: flush policy {}",
+        if flush_always(seed) { "always" } else { "none" }
+    ));
+    let run_ms = options.chaos_ms + options.settle_ms;
+    for life in 0..2u64 {
+        let life_seed = seed.wrapping_mul(1_000_003).wrapping_add(life);
+        let sim_config = sim::SimConfig {
+            label: format!("replicated seed {seed}, life {life}"),
+            start_wall_ms: 1_700_000_000_000 + life as i64 * 100_000,
+            ..sim::SimConfig::new(life_seed)
+        };
+        let cluster = Rc::new(Cluster {
+            brokers: RefCell::new(
+                configs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, config)| BrokerSlot {
+                        id: i as u32 + 1,
+                        config: config.clone(),
+                        process: None,
+                    })
+                    .collect(),
+            ),
+            next_process: Cell::new(CONTROLLER_PROCESS + 1),
+            control: control.clone(),
+            partitions: options.partitions,
+        });
+        let (until, body): (
+            Option<Duration>,
+            std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+        ) = if life == 0 {
+            (
+                Some(Duration::from_millis(run_ms)),
+                Box::pin(chaos_life(cluster.clone(), model.clone(), options.clone())),
+            )
+        } else {
+            (
+                None,
+                Box::pin(read_back_life(cluster.clone(), model.clone())),
+            )
+        };
+        let outcome = sim::run(&sim_config, &disk, until, body);
+        match outcome {
+            Ok(()) => {}
+            Err(sim::SimStop::TimeUp { now_ms, .. }) => {
+                model.borrow_mut().note(format!(
+                    "life {life}: the whole cluster killed at {now_ms} ms"
+                ));
+            }
+            Err(stop @ sim::SimStop::Stalled { .. }) => {
+                return Err(fail(&model, format!("life {life}: {stop}")));
+            }
+        }
+        if let Some(violation) = model.borrow().violations.first() {
+            return Err(fail(&model, violation.clone()));
+        }
+        control
+            .base_ms
+            .set(control.base_ms.get() + until.map_or(0, |u| u.as_millis() as u64) + 2_000);
+        if life == 0 && flush_always(seed) && life_seed.is_multiple_of(2) {
+            let loss = disk.power_loss(life_seed).expect("power loss applies");
+            let mut m = model.borrow_mut();
+            m.report.power_losses += 1;
+            m.report.writes_torn += loss.writes_torn as u64;
+            m.note(format!("power loss {loss:?}"));
+        }
+    }
+    for config in &configs {
+        for partition in 0..options.partitions {
+            let dir = partition_dir(&config.data_dir, TOPIC, partition as i32);
+            if !dir.exists() {
+                continue;
+            }
+            let report = runtime::run_local(verify_partition_dir(
+                &dir,
+                VerifyOptions::default(),
+                &mut std::io::sink(),
+            ))
+            .expect("verify runs");
+            if let Some(problem) = report.first_problem() {
+                return Err(fail(
+                    &model,
+                    format!(
+                        "verify-log on broker {} partition {partition}: {problem:?}",
+                        config.node_id
+                    ),
+                ));
+            }
+        }
+    }
+    let report = model.borrow().report.clone();
+    Ok(report)
+}
+
+/// The first run: start the controller and every broker, make the topic,
+/// then produce while brokers are killed and restarted one at a time, then
+/// with all of them up, until the run's end kills them all.
+async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: ReplicatedOptions) {
+    sim::spawn_process(
+        CONTROLLER_PROCESS,
+        control_server::serve(cluster.control.clone()),
+    )
+    .detach();
+    let brokers = cluster.brokers.borrow().len();
+    for index in 0..brokers {
+        cluster.start(index);
+    }
+    let deadline = sim::now() + Duration::from_millis(STARTUP_MS_MAX);
+    loop {
+        let unfenced = cluster
+            .control
+            .controller
+            .borrow()
+            .state
+            .brokers()
+            .filter(|b| !b.fenced)
+            .count();
+        if unfenced == brokers {
+            break;
+        }
+        if sim::now() > deadline {
+            model.borrow_mut().violation(format!(
+                "only {unfenced} of {brokers} brokers unfenced at start"
+            ));
+            return;
+        }
+        runtime::sleep(Duration::from_millis(20)).await;
+    }
+    let created = cluster
+        .control
+        .controller
+        .borrow_mut()
+        .apply(Command::CreateTopic {
+            name: TOPIC.to_string(),
+            partition_count: cluster.partitions,
+            replication_factor: brokers as u16,
+            config: BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]),
+        });
+    if let Err(e) = created {
+        model.borrow_mut().violation(format!("topic refused: {e}"));
+        return;
+    }
+    model
+        .borrow_mut()
+        .note(format!("{:?}: topic made", sim::now()));
+    for producer in 0..options.producers {
+        runtime::spawn(produce(
+            producer,
+            cluster.clone(),
+            model.clone(),
+            options.acks_all_sent_as_acks_one,
+        ))
+        .detach();
+    }
+    // Kills and restarts, at most one broker down at a time.
+    let chaos_end = sim::now() + Duration::from_millis(options.chaos_ms);
+    while sim::now() < chaos_end {
+        runtime::sleep(Duration::from_millis(200 + sim::random_below(1_300))).await;
+        let down: Vec<usize> = (0..brokers).filter(|&i| !cluster.is_up(i)).collect();
+        match down.first() {
+            Some(&index) => {
+                model
+                    .borrow_mut()
+                    .note(format!("{:?}: broker {} restarts", sim::now(), index + 1));
+                cluster.start(index);
+            }
+            None => {
+                let index = sim::random_below(brokers as u64) as usize;
+                let for_ms = 300 + sim::random_below(1_700);
+                match sim::random_below(10) {
+                    0..=2 => {
+                        model.borrow_mut().note(format!(
+                            "{:?}: kill -9 of broker {}",
+                            sim::now(),
+                            index + 1
+                        ));
+                        cluster.kill(index);
+                        model.borrow_mut().report.kills += 1;
+                    }
+                    3..=5 => {
+                        let extra_delay_us = 20_000 + sim::random_below(280_000);
+                        model.borrow_mut().note(format!(
+                            "{:?}: broker {}'s links to the other brokers slowed by {} ms for {for_ms} ms",
+                            sim::now(),
+                            index + 1,
+                            extra_delay_us / 1_000
+                        ));
+                        cluster.fault_links(
+                            index,
+                            Link {
+                                extra_delay_us,
+                                cut: false,
+                            },
+                            for_ms,
+                            false,
+                        );
+                    }
+                    choice => {
+                        // One in two cuts also isolates the broker from the
+                        // controller: a leader that goes on taking writes
+                        // from clients while another one is elected.
+                        let controller_too = choice >= 8;
+                        let for_ms = for_ms + if controller_too { 1_500 } else { 0 };
+                        model.borrow_mut().note(format!(
+                            "{:?}: broker {} cut off from the other brokers{} for {for_ms} ms",
+                            sim::now(),
+                            index + 1,
+                            if controller_too {
+                                " and the controller"
+                            } else {
+                                ""
+                            }
+                        ));
+                        cluster.fault_links(
+                            index,
+                            Link {
+                                extra_delay_us: 0,
+                                cut: true,
+                            },
+                            for_ms,
+                            controller_too,
+                        );
+                        model.borrow_mut().report.link_faults += 1;
+                    }
+                }
+            }
+        }
+    }
+    heal_all();
+    for index in 0..brokers {
+        if !cluster.is_up(index) {
+            cluster.start(index);
+        }
+    }
+    model
+        .borrow_mut()
+        .note(format!("{:?}: every broker up; settling", sim::now()));
+    std::future::pending::<()>().await;
+}
+
+/// A producer: one batch at a time, acks=all (two in three) or acks=1, to
+/// the partition's current leader; a batch whose answer does not come is
+/// neither counted nor checked.
+async fn produce(
+    producer: u32,
+    cluster: Rc<Cluster>,
+    model: Rc<RefCell<Model>>,
+    acks_all_sent_as_acks_one: bool,
+) {
+    let mut connections: BTreeMap<u32, PeerConnection> = BTreeMap::new();
+    loop {
+        runtime::sleep(Duration::from_micros(500 + sim::random_below(3_000))).await;
+        let partition = sim::random_below(cluster.partitions as u64) as i32;
+        let Some((leader, addr)) = cluster.leader_of(partition) else {
+            runtime::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let connection = match connections.entry(leader) {
+            std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                match PeerConnection::open(&addr.to_string(), RESPONSE_BYTES_MAX, REQUEST_MS_MAX)
+                    .await
+                {
+                    Ok(c) => entry.insert(c),
+                    Err(_) => {
+                        runtime::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let count = 1 + sim::random_below(6) as u32;
+        let acks: i16 = if sim::random_below(3) == 0 { 1 } else { -1 };
+        let tag = {
+            let mut m = model.borrow_mut();
+            m.next_tag += 1;
+            m.report.requests += 1;
+            m.next_tag
+        };
+        let records = batch(tag, count);
+        let wire_acks = if acks_all_sent_as_acks_one { 1 } else { acks };
+        let body = produce_request(
+            wire_acks,
+            PRODUCE_TIMEOUT_MS as i32,
+            &[ProduceEntry {
+                topic: TOPIC,
+                partition,
+                batch: &records,
+            }],
+        );
+        let answer = connection
+            .call(
+                ApiKey::Produce as u16,
+                &body,
+                &[&records],
+                PRODUCE_TIMEOUT_MS,
+            )
+            .await;
+        let outcomes = match answer
+            .map_err(|e| e.to_string())
+            .and_then(|r| produce_response(r.body()).map_err(|e| e.to_string()))
+        {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                model.borrow_mut().note(format!(
+                    "producer {producer}: tag {tag} to broker {leader}: {e}"
+                ));
+                connections.remove(&leader);
+                continue;
+            }
+        };
+        let mut m = model.borrow_mut();
+        for outcome in outcomes {
+            if outcome.error != ErrorCode::None {
+                m.note(format!(
+                    "{:?}: producer {producer}: tag {tag} (acks {acks}) to partition {partition} on broker {leader}: {:?}",
+                    sim::now(),
+                    outcome.error
+                ));
+                m.report.refused += 1;
+                continue;
+            }
+            let sent = Sent { tag, count };
+            if acks == 1 {
+                m.report.acked_one += 1;
+                continue;
+            }
+            m.report.acked_all += 1;
+            let key = (outcome.partition, outcome.base_offset);
+            m.note(format!(
+                "{:?}: acks=all {sent:?} at {key:?} from broker {leader}",
+                sim::now()
+            ));
+            if let Some(before) = m.acked_all.insert(key, sent) {
+                m.violation(format!(
+                    "partition {} offset {} acknowledged (acks=all) as {before:?} and as {sent:?}",
+                    key.0, key.1
+                ));
+            }
+        }
+    }
+}
+
+fn batch(tag: u64, count: u32) -> Vec<u8> {
+    let compression = if tag.is_multiple_of(2) {
+        Compression::None
+    } else {
+        Compression::Zstd
+    };
+    let timestamp_ms = 1_700_000_000_000 + sim::now().as_millis() as i64;
+    crate::tagged::build(
+        BatchBuilder::new(compression),
+        tag,
+        count as usize,
+        80 + (tag % 5) as usize * 40,
+        timestamp_ms,
+    )
+}
+
+/// The second run: every broker restarts; once each partition has a live
+/// leader, every partition is read back from it and every acks=all batch
+/// must be there; then the brokers close cleanly.
+async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
+    sim::spawn_process(
+        CONTROLLER_PROCESS,
+        control_server::serve(cluster.control.clone()),
+    )
+    .detach();
+    let brokers = cluster.brokers.borrow().len();
+    for index in 0..brokers {
+        cluster.start(index);
+    }
+    let deadline = sim::now() + Duration::from_millis(READ_BACK_MS_MAX);
+    for partition in 0..cluster.partitions as i32 {
+        let wanted = model
+            .borrow()
+            .acked_all
+            .range((partition, 0)..(partition + 1, 0))
+            .map(|(&(_, base), sent)| base + sent.count as i64)
+            .max()
+            .unwrap_or(0);
+        let mut found: BTreeMap<i64, Sent> = BTreeMap::new();
+        let mut next = 0i64;
+        let mut connection: Option<(u32, PeerConnection)> = None;
+        while next < wanted && sim::now() < deadline {
+            let Some((leader, addr)) = cluster.leader_of(partition) else {
+                runtime::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            if connection.as_ref().is_none_or(|(to, _)| *to != leader) {
+                connection =
+                    PeerConnection::open(&addr.to_string(), RESPONSE_BYTES_MAX, REQUEST_MS_MAX)
+                        .await
+                        .ok()
+                        .map(|c| (leader, c));
+                if connection.is_none() {
+                    runtime::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            }
+            let (_, conn) = connection.as_mut().expect("opened above");
+            match fetch_from(conn, partition, next).await {
+                Ok(Some(batches)) => {
+                    for (base, sent) in batches {
+                        found.insert(base, sent);
+                        next = base + sent.count as i64;
+                    }
+                }
+                Ok(None) => runtime::sleep(Duration::from_millis(20)).await,
+                Err(e) => {
+                    model
+                        .borrow_mut()
+                        .note(format!("read-back {partition}: {e}"));
+                    connection = None;
+                    runtime::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        let mut m = model.borrow_mut();
+        m.report.records_read_back += found.values().map(|s| s.count as u64).sum::<u64>();
+        let acked: Vec<((i32, i64), Sent)> = m
+            .acked_all
+            .range((partition, 0)..(partition + 1, 0))
+            .map(|(&k, &s)| (k, s))
+            .collect();
+        for ((_, base), sent) in acked {
+            match found.get(&base) {
+                Some(got) if *got == sent => {}
+                Some(got) => m.violation(format!(
+                    "read-back: partition {partition} offset {base} holds {got:?}, acknowledged (acks=all) {sent:?}"
+                )),
+                None => m.violation(format!(
+                    "read-back: acks=all batch {sent:?} at partition {partition} offset {base} is gone (read up to {next})"
+                )),
+            }
+        }
+    }
+    // A clean close of every broker, so verify-log can judge the files.
+    let stops: Vec<Rc<Cell<bool>>> = cluster
+        .brokers
+        .borrow()
+        .iter()
+        .filter_map(|b| b.process.as_ref().map(|(_, stop)| stop.clone()))
+        .collect();
+    for stop in &stops {
+        stop.set(true);
+    }
+    runtime::sleep(Duration::from_millis(3_000)).await;
+}
+
+/// The batches a fetch of `partition` from `offset` returns (below the high
+/// watermark), or `None` when there are none yet.
+async fn fetch_from(
+    connection: &mut PeerConnection,
+    partition: i32,
+    offset: i64,
+) -> Result<Option<Vec<(i64, Sent)>>, String> {
+    let body = fetch_request(
+        50,
+        1,
+        FETCH_BYTES_MAX,
+        IsolationLevel::ReadUncommitted,
+        &[FetchEntry {
+            topic: TOPIC.to_string(),
+            partition,
+            fetch_offset: offset,
+            max_bytes: FETCH_BYTES_MAX,
+        }],
+    );
+    let response = connection
+        .call(ApiKey::Fetch as u16, &body, &[], 50)
+        .await
+        .map_err(|e| e.to_string())?;
+    let fetched =
+        fetch_response(response.body(), &response.payload()).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for p in fetched {
+        if p.error != ErrorCode::None {
+            return Err(format!("{:?}", p.error));
+        }
+        let mut rest = &p.records[..];
+        while !rest.is_empty() {
+            let (batch, used) =
+                RecordBatch::parse_prefix(rest, 1 << 24).map_err(|e| format!("batch: {e}"))?;
+            rest = &rest[used..];
+            let (tag, count) = crate::tagged::read(&batch)?;
+            out.push((
+                batch.header().base_offset.0,
+                Sent {
+                    tag,
+                    count: count as u32,
+                },
+            ));
+        }
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
