@@ -29,12 +29,14 @@ struct Args {
     /// Print every event.
     #[arg(long)]
     trace: bool,
-    /// Simulated milliseconds of faults per seed.
+    /// Simulated milliseconds of faults per seed (cluster simulation).
     #[arg(long, default_value_t = 20_000)]
     chaos_ms: u64,
-    /// Simulated milliseconds after healing, before the final checks.
+    /// Simulated milliseconds after healing, before the final checks (cluster
+    /// simulation).
     #[arg(long, default_value_t = 15_000)]
     settle_ms: u64,
+    /// Brokers of the cluster simulation (the replicated one has three).
     #[arg(long, default_value_t = 3)]
     brokers: u32,
     /// Partitions of the topic (default: the mode's own, 2 for the cluster
@@ -67,6 +69,10 @@ struct Args {
     /// checker's self-test: acknowledged records may then be lost).
     #[arg(long)]
     power_loss_under_any_policy: bool,
+    /// Replicated simulation: send acks=all batches with acks=1 but count
+    /// them as acks=all (the checker's self-test: failovers lose some).
+    #[arg(long)]
+    acks_all_sent_as_acks_one: bool,
 }
 
 fn main() -> ExitCode {
@@ -253,6 +259,7 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
     let default = sim::replicated::ReplicatedOptions::default();
     let options = sim::replicated::ReplicatedOptions {
         partitions: args.partitions.unwrap_or(default.partitions),
+        acks_all_sent_as_acks_one: args.acks_all_sent_as_acks_one,
         trace: args.trace,
         ..default
     };
@@ -269,13 +276,15 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
             total.refused += report.refused;
             total.kills += report.kills;
             total.link_faults += report.link_faults;
+            total.pauses += report.pauses;
             total.power_losses += report.power_losses;
             total.writes_torn += report.writes_torn;
             total.records_read_back += report.records_read_back;
+            total.records_consumed += report.records_consumed;
         },
     );
     println!(
-        "replicated: {passed} seeds passed, {} failed {:?}; {} produce requests, {} acks=all and {} acks=1 batches acknowledged, {} refused, {} broker kills, {} brokers cut off, {} power losses ({} writes torn), {} records read back after the whole cluster restarted, in {:.1} s",
+        "replicated: {passed} seeds passed, {} failed {:?}; {} produce requests, {} acks=all and {} acks=1 batches acknowledged, {} refused, {} broker kills, {} brokers cut off, {} paused, {} power losses ({} writes torn), {} records consumed during the faults, {} read back after the whole cluster restarted, in {:.1} s",
         failed.len(),
         failed,
         total.requests,
@@ -284,8 +293,10 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
         total.refused,
         total.kills,
         total.link_faults,
+        total.pauses,
         total.power_losses,
         total.writes_torn,
+        total.records_consumed,
         total.records_read_back,
         started.elapsed().as_secs_f64()
     );

@@ -7,13 +7,15 @@
 //! and it restarts with a new incarnation after a drawn pause.
 //!
 //! One run: producers send acks=all and acks=1 batches to whoever the
-//! controller names as each partition's leader while brokers are killed and
-//! restarted one at a time; then every broker is up again for a settling
-//! period; then the whole cluster is killed at once, often with a power
+//! controller names as each partition's leader, and consumers read from it,
+//! while brokers are killed and restarted, paused, or have their links to
+//! the others slowed or cut, one at a time; then every broker is up again
+//! for a settling period; then the whole cluster is killed at once, often with a power
 //! loss under `flush.policy=always`. A second run restarts every broker,
 //! waits for leaders, reads every partition back from its leader through
-//! Fetch and checks every acks=all acknowledgement; the brokers close
-//! cleanly and `verify-log` must find every replica directory clean.
+//! Fetch and checks every acks=all acknowledgement and every batch the
+//! consumers were served; the brokers close cleanly and `verify-log` must
+//! find every replica directory clean.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -50,11 +52,13 @@ const PRODUCE_TIMEOUT_MS: u64 = 5_000;
 /// The controller's simulated process (brokers' processes count up from 2).
 const CONTROLLER_PROCESS: u32 = 1;
 /// How long the brokers have to register before the topic is made.
-const STARTUP_MS_MAX: u64 = 10_000;
+const STARTUP_MS_MAX: u64 = 2_000;
 /// How long the read-back waits for leaders and records.
 const READ_BACK_MS_MAX: u64 = 20_000;
 /// A follower that has not caught up for this long leaves the ISR.
 const REPLICA_LAG_TIME_MAX_MS: u64 = 1_000;
+/// How long a clean close of every broker may take.
+const CLOSE_MS_MAX: u64 = 10_000;
 
 #[derive(Clone, Debug)]
 pub struct ReplicatedOptions {
@@ -71,14 +75,28 @@ pub struct ReplicatedOptions {
     pub acks_all_sent_as_acks_one: bool,
 }
 
+impl ReplicatedOptions {
+    /// The `ringlog-sim` flags for what differs from the defaults.
+    pub fn flags(&self) -> String {
+        let mut flags = String::new();
+        if self.partitions != ReplicatedOptions::default().partitions {
+            flags += &format!(" --partitions {}", self.partitions);
+        }
+        if self.acks_all_sent_as_acks_one {
+            flags += " --acks-all-sent-as-acks-one";
+        }
+        flags
+    }
+}
+
 impl Default for ReplicatedOptions {
     fn default() -> ReplicatedOptions {
         ReplicatedOptions {
             brokers: 3,
             partitions: 3,
             producers: 3,
-            chaos_ms: 6_000,
-            settle_ms: 3_000,
+            chaos_ms: 10_000,
+            settle_ms: 2_000,
             trace: false,
             acks_all_sent_as_acks_one: false,
         }
@@ -95,10 +113,14 @@ pub struct ReplicatedReport {
     pub kills: u64,
     /// Brokers cut off from the others for a while.
     pub link_faults: u64,
+    /// Brokers stopped (as by SIGSTOP) for a while.
+    pub pauses: u64,
     pub power_losses: u64,
     pub writes_torn: u64,
     /// Records read back after the whole cluster restarted.
     pub records_read_back: u64,
+    /// Records the consumers were served while the faults went on.
+    pub records_consumed: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +133,9 @@ struct Sent {
 struct Model {
     /// acks=all acknowledgements, by partition and base offset.
     acked_all: BTreeMap<(i32, i64), Sent>,
+    /// What consumers were served (below a leader's high watermark), by
+    /// partition and base offset: committed, so as permanent as acks=all.
+    served: BTreeMap<(i32, i64), Sent>,
     next_tag: u64,
     violations: Vec<String>,
     trace: Vec<String>,
@@ -132,12 +157,18 @@ impl Model {
     }
 }
 
+/// A running broker: its simulated process, its stop flag and its root task.
+struct Running {
+    process: u32,
+    stop: Rc<Cell<bool>>,
+    task: sim::SimTask<()>,
+}
+
 /// A broker's fixed parts: its id and config (ports, data directory).
 struct BrokerSlot {
     id: u32,
     config: Rc<BrokerConfig>,
-    /// The running process, if any, and its stop flag.
-    process: Option<(u32, Rc<Cell<bool>>)>,
+    running: Option<Running>,
 }
 
 struct Cluster {
@@ -153,34 +184,32 @@ impl Cluster {
         self.next_process.set(process + 1);
         let stop = Rc::new(Cell::new(false));
         let config = self.brokers.borrow()[index].config.clone();
-        sim::spawn_process(process, broker_process(config, stop.clone())).detach();
-        self.brokers.borrow_mut()[index].process = Some((process, stop));
+        let task = sim::spawn_process(process, broker_process(config, stop.clone()));
+        self.brokers.borrow_mut()[index].running = Some(Running {
+            process,
+            stop,
+            task,
+        });
     }
 
     fn kill(&self, index: usize) {
-        if let Some((process, _)) = self.brokers.borrow_mut()[index].process.take() {
-            sim::kill_process(process);
+        let running = self.brokers.borrow_mut()[index].running.take();
+        if let Some(running) = running {
+            sim::kill_process(running.process);
+            running.task.detach();
         }
-    }
-
-    fn is_up(&self, index: usize) -> bool {
-        self.brokers.borrow()[index].process.is_some()
     }
 
     fn process_of(&self, index: usize) -> Option<u32> {
         self.brokers.borrow()[index]
-            .process
+            .running
             .as_ref()
-            .map(|(p, _)| *p)
+            .map(|r| r.process)
     }
 
-    /// Sets the links between broker `index` and every other live broker
-    /// (and the controller, with `controller_too`) to `link` now, and back
-    /// to healthy after `for_ms`. Clients still reach it.
-    fn fault_links(&self, index: usize, link: Link, for_ms: u64, controller_too: bool) {
-        let Some(me) = self.process_of(index) else {
-            return;
-        };
+    /// The processes broker `index` talks to: the other live brokers, and
+    /// the controller with `controller_too`.
+    fn peers_of(&self, index: usize, controller_too: bool) -> Vec<u32> {
         let mut others: Vec<u32> = (0..self.brokers.borrow().len())
             .filter(|&i| i != index)
             .filter_map(|i| self.process_of(i))
@@ -188,16 +217,30 @@ impl Cluster {
         if controller_too {
             others.push(CONTROLLER_PROCESS);
         }
-        for &other in &others {
-            set_link(me, other, link);
+        others
+    }
+
+    /// Stops every broker cleanly; false if one has not finished within
+    /// `CLOSE_MS_MAX`.
+    async fn close_all(&self) -> bool {
+        let running: Vec<Running> = self
+            .brokers
+            .borrow_mut()
+            .iter_mut()
+            .filter_map(|b| b.running.take())
+            .collect();
+        for r in &running {
+            r.stop.set(true);
         }
-        runtime::spawn(async move {
-            runtime::sleep(Duration::from_millis(for_ms)).await;
-            for other in others {
-                set_link(me, other, Link::default());
+        for r in running {
+            if runtime::timeout(Duration::from_millis(CLOSE_MS_MAX), r.task)
+                .await
+                .is_none()
+            {
+                return false;
             }
-        })
-        .detach();
+        }
+        true
     }
 
     /// The client address of the broker the controller names as the
@@ -306,11 +349,7 @@ fn run_in(
     let fail = |model: &Rc<RefCell<Model>>, violation: String| SeedFailure {
         mode: "replicated",
         seed,
-        options: if options.partitions == ReplicatedOptions::default().partitions {
-            String::new()
-        } else {
-            format!(" --partitions {}", options.partitions)
-        },
+        options: options.flags(),
         violation,
         trace: model.borrow().trace.clone(),
     };
@@ -327,7 +366,8 @@ fn run_in(
         "seed {seed}: flush policy {}",
         if flush_always(seed) { "always" } else { "none" }
     ));
-    let run_ms = options.chaos_ms + options.settle_ms;
+    // The first run: startup, the faults, then the settling period.
+    let run_ms = STARTUP_MS_MAX + options.chaos_ms + options.settle_ms;
     for life in 0..2u64 {
         let life_seed = seed.wrapping_mul(1_000_003).wrapping_add(life);
         let sim_config = sim::SimConfig {
@@ -343,7 +383,7 @@ fn run_in(
                     .map(|(i, config)| BrokerSlot {
                         id: i as u32 + 1,
                         config: config.clone(),
-                        process: None,
+                        running: None,
                     })
                     .collect(),
             ),
@@ -415,6 +455,9 @@ fn run_in(
         }
     }
     let report = model.borrow().report.clone();
+    if report.acked_all == 0 {
+        return Err(fail(&model, "no acks=all batch was acknowledged".into()));
+    }
     Ok(report)
 }
 
@@ -478,89 +521,109 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
         ))
         .detach();
     }
-    // Kills and restarts, at most one broker down at a time.
+    for partition in 0..cluster.partitions as i32 {
+        runtime::spawn(consume(partition, cluster.clone(), model.clone())).detach();
+    }
+    // One fault at a time, each undone before the next: a broker killed and
+    // restarted after a pause, paused (SIGSTOP), its links to the other
+    // brokers slowed, or cut off from them (and from the controller).
     let chaos_end = sim::now() + Duration::from_millis(options.chaos_ms);
-    while sim::now() < chaos_end {
+    loop {
         runtime::sleep(Duration::from_millis(200 + sim::random_below(1_300))).await;
-        let down: Vec<usize> = (0..brokers).filter(|&i| !cluster.is_up(i)).collect();
-        match down.first() {
-            Some(&index) => {
-                model
-                    .borrow_mut()
-                    .note(format!("{:?}: broker {} restarts", sim::now(), index + 1));
+        let index = sim::random_below(brokers as u64) as usize;
+        let for_ms = 300 + sim::random_below(1_700);
+        if sim::now() + Duration::from_millis(for_ms + 1_500) >= chaos_end {
+            break;
+        }
+        let broker = index + 1;
+        match sim::random_below(12) {
+            0..=2 => {
+                model.borrow_mut().note(format!(
+                    "{:?}: kill -9 of broker {broker}, back in {for_ms} ms",
+                    sim::now()
+                ));
+                cluster.kill(index);
+                model.borrow_mut().report.kills += 1;
+                runtime::sleep(Duration::from_millis(for_ms)).await;
                 cluster.start(index);
             }
-            None => {
-                let index = sim::random_below(brokers as u64) as usize;
-                let for_ms = 300 + sim::random_below(1_700);
-                match sim::random_below(10) {
-                    0..=2 => {
-                        model.borrow_mut().note(format!(
-                            "{:?}: kill -9 of broker {}",
-                            sim::now(),
-                            index + 1
-                        ));
-                        cluster.kill(index);
-                        model.borrow_mut().report.kills += 1;
-                    }
-                    3..=5 => {
-                        let extra_delay_us = 20_000 + sim::random_below(280_000);
-                        model.borrow_mut().note(format!(
-                            "{:?}: broker {}'s links to the other brokers slowed by {} ms for {for_ms} ms",
-                            sim::now(),
-                            index + 1,
-                            extra_delay_us / 1_000
-                        ));
-                        cluster.fault_links(
-                            index,
-                            Link {
-                                extra_delay_us,
-                                cut: false,
-                            },
-                            for_ms,
-                            false,
-                        );
-                    }
-                    choice => {
-                        // One in two cuts also isolates the broker from the
-                        // controller: a leader that goes on taking writes
-                        // from clients while another one is elected.
-                        let controller_too = choice >= 8;
-                        let for_ms = for_ms + if controller_too { 1_500 } else { 0 };
-                        model.borrow_mut().note(format!(
-                            "{:?}: broker {} cut off from the other brokers{} for {for_ms} ms",
-                            sim::now(),
-                            index + 1,
-                            if controller_too {
-                                " and the controller"
-                            } else {
-                                ""
-                            }
-                        ));
-                        cluster.fault_links(
-                            index,
-                            Link {
-                                extra_delay_us: 0,
-                                cut: true,
-                            },
-                            for_ms,
-                            controller_too,
-                        );
-                        model.borrow_mut().report.link_faults += 1;
-                    }
+            3..=5 => {
+                let extra_delay_us = 20_000 + sim::random_below(280_000);
+                model.borrow_mut().note(format!(
+                    "{:?}: broker {broker}'s links to the other brokers slowed by {} ms for {for_ms} ms",
+                    sim::now(),
+                    extra_delay_us / 1_000
+                ));
+                let me = cluster
+                    .process_of(index)
+                    .expect("every broker is up between faults");
+                let peers = cluster.peers_of(index, false);
+                for &peer in &peers {
+                    set_link(
+                        me,
+                        peer,
+                        Link {
+                            extra_delay_us,
+                            cut: false,
+                        },
+                    );
                 }
+                runtime::sleep(Duration::from_millis(for_ms)).await;
+                heal_all();
             }
-        }
-    }
-    heal_all();
-    for index in 0..brokers {
-        if !cluster.is_up(index) {
-            cluster.start(index);
+            choice @ 6..=9 => {
+                // Half of the cuts also isolate the broker from the
+                // controller, for longer than its session: a leader that goes
+                // on taking writes from clients while another one is elected.
+                let controller_too = choice >= 8;
+                let for_ms = for_ms + if controller_too { 1_500 } else { 0 };
+                model.borrow_mut().note(format!(
+                    "{:?}: broker {broker} cut off from the other brokers{} for {for_ms} ms",
+                    sim::now(),
+                    if controller_too {
+                        " and the controller"
+                    } else {
+                        ""
+                    }
+                ));
+                let me = cluster
+                    .process_of(index)
+                    .expect("every broker is up between faults");
+                for peer in cluster.peers_of(index, controller_too) {
+                    set_link(
+                        me,
+                        peer,
+                        Link {
+                            extra_delay_us: 0,
+                            cut: true,
+                        },
+                    );
+                }
+                model.borrow_mut().report.link_faults += 1;
+                runtime::sleep(Duration::from_millis(for_ms)).await;
+                heal_all();
+            }
+            _ => {
+                // Often past its session: the controller fences it and
+                // elects others while it still holds writes.
+                let for_ms = for_ms + 1_000;
+                model.borrow_mut().note(format!(
+                    "{:?}: broker {broker} paused for {for_ms} ms",
+                    sim::now()
+                ));
+                let process = cluster
+                    .process_of(index)
+                    .expect("every broker is up between faults");
+                sim::pause_process(process);
+                model.borrow_mut().report.pauses += 1;
+                runtime::sleep(Duration::from_millis(for_ms)).await;
+                sim::resume_process(process);
+            }
         }
     }
     model
         .borrow_mut()
-        .note(format!("{:?}: every broker up; settling", sim::now()));
+        .note(format!("{:?}: faults over; settling", sim::now()));
     std::future::pending::<()>().await;
 }
 
@@ -575,7 +638,7 @@ async fn produce(
 ) {
     let mut connections: BTreeMap<u32, PeerConnection> = BTreeMap::new();
     loop {
-        runtime::sleep(Duration::from_micros(500 + sim::random_below(3_000))).await;
+        runtime::sleep(Duration::from_micros(2_000 + sim::random_below(8_000))).await;
         let partition = sim::random_below(cluster.partitions as u64) as i32;
         let Some((leader, addr)) = cluster.leader_of(partition) else {
             runtime::sleep(Duration::from_millis(20)).await;
@@ -636,7 +699,14 @@ async fn produce(
             }
         };
         let mut m = model.borrow_mut();
-        for outcome in outcomes {
+        let [outcome] = &outcomes[..] else {
+            m.violation(format!(
+                "producer {producer}: tag {tag} to partition {partition} answered with {} outcomes",
+                outcomes.len()
+            ));
+            return;
+        };
+        {
             if outcome.error != ErrorCode::None {
                 m.note(format!(
                     "{:?}: producer {producer}: tag {tag} (acks {acks}) to partition {partition} on broker {leader}: {:?}",
@@ -646,13 +716,20 @@ async fn produce(
                 m.report.refused += 1;
                 continue;
             }
+            if outcome.partition != partition || outcome.base_offset < 0 {
+                m.violation(format!(
+                    "producer {producer}: tag {tag} to partition {partition} acknowledged for partition {} at offset {}",
+                    outcome.partition, outcome.base_offset
+                ));
+                return;
+            }
             let sent = Sent { tag, count };
             if acks == 1 {
                 m.report.acked_one += 1;
                 continue;
             }
             m.report.acked_all += 1;
-            let key = (outcome.partition, outcome.base_offset);
+            let key = (partition, outcome.base_offset);
             m.note(format!(
                 "{:?}: acks=all {sent:?} at {key:?} from broker {leader}",
                 sim::now()
@@ -662,6 +739,14 @@ async fn produce(
                     "partition {} offset {} acknowledged (acks=all) as {before:?} and as {sent:?}",
                     key.0, key.1
                 ));
+            }
+            if let Some(served) = m.served.get(&key).copied() {
+                if served != sent {
+                    m.violation(format!(
+                        "partition {} offset {} acknowledged (acks=all) as {sent:?}, served as {served:?}",
+                        key.0, key.1
+                    ));
+                }
             }
         }
     }
@@ -696,15 +781,36 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
     for index in 0..brokers {
         cluster.start(index);
     }
+    // Every broker back and unfenced, so each partition's leader is the one
+    // the cluster settles on rather than the first to come back.
     let deadline = sim::now() + Duration::from_millis(READ_BACK_MS_MAX);
-    for partition in 0..cluster.partitions as i32 {
-        let wanted = model
+    while sim::now() < deadline {
+        let unfenced = cluster
+            .control
+            .controller
             .borrow()
-            .acked_all
-            .range((partition, 0)..(partition + 1, 0))
-            .map(|(&(_, base), sent)| base + sent.count as i64)
-            .max()
-            .unwrap_or(0);
+            .state
+            .brokers()
+            .filter(|b| !b.fenced)
+            .count();
+        let led = (0..cluster.partitions as i32).all(|p| cluster.leader_of(p).is_some());
+        if unfenced == brokers && led {
+            break;
+        }
+        runtime::sleep(Duration::from_millis(20)).await;
+    }
+    for partition in 0..cluster.partitions as i32 {
+        let wanted = {
+            let m = model.borrow();
+            let range = (partition, 0)..(partition + 1, 0);
+            m.acked_all
+                .range(range.clone())
+                .chain(m.served.range(range))
+                .map(|(&(_, base), sent)| base + sent.count as i64)
+                .max()
+                .unwrap_or(0)
+        };
+        let deadline = sim::now() + Duration::from_millis(READ_BACK_MS_MAX);
         let mut found: BTreeMap<i64, Sent> = BTreeMap::new();
         let mut next = 0i64;
         let mut connection: Option<(u32, PeerConnection)> = None;
@@ -714,6 +820,10 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
                 continue;
             };
             if connection.as_ref().is_none_or(|(to, _)| *to != leader) {
+                // The whole partition from one leader: a new one is read
+                // from the start.
+                found.clear();
+                next = 0;
                 connection =
                     PeerConnection::open(&addr.to_string(), RESPONSE_BYTES_MAX, REQUEST_MS_MAX)
                         .await
@@ -760,18 +870,84 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
                 )),
             }
         }
+        let served: Vec<(i64, Sent)> = m
+            .served
+            .range((partition, 0)..(partition + 1, 0))
+            .map(|(&(_, base), &sent)| (base, sent))
+            .collect();
+        for (base, sent) in served {
+            if found.get(&base) != Some(&sent) {
+                m.violation(format!(
+                    "read-back: batch {sent:?} served at partition {partition} offset {base} below a high watermark is not there (found {:?}, read up to {next})",
+                    found.get(&base)
+                ));
+            }
+        }
     }
     // A clean close of every broker, so verify-log can judge the files.
-    let stops: Vec<Rc<Cell<bool>>> = cluster
-        .brokers
-        .borrow()
-        .iter()
-        .filter_map(|b| b.process.as_ref().map(|(_, stop)| stop.clone()))
-        .collect();
-    for stop in &stops {
-        stop.set(true);
+    if !cluster.close_all().await {
+        model.borrow_mut().violation(format!(
+            "a broker did not close within {CLOSE_MS_MAX} ms of its stop"
+        ));
     }
-    runtime::sleep(Duration::from_millis(3_000)).await;
+}
+
+/// A consumer of one partition: reads from whoever leads it, from offset 0
+/// on, and records every batch it is served. A batch served at an offset
+/// where another was served before is a committed offset that changed.
+async fn consume(partition: i32, cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
+    let mut next = 0i64;
+    let mut connection: Option<(u32, PeerConnection)> = None;
+    loop {
+        let Some((leader, addr)) = cluster.leader_of(partition) else {
+            runtime::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        if connection.as_ref().is_none_or(|(to, _)| *to != leader) {
+            connection =
+                PeerConnection::open(&addr.to_string(), RESPONSE_BYTES_MAX, REQUEST_MS_MAX)
+                    .await
+                    .ok()
+                    .map(|c| (leader, c));
+            if connection.is_none() {
+                runtime::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        }
+        let (_, conn) = connection.as_mut().expect("opened above");
+        match fetch_from(conn, partition, next).await {
+            Ok(Some(batches)) => {
+                let mut m = model.borrow_mut();
+                for (base, sent) in batches {
+                    if let Some(before) = m.served.insert((partition, base), sent) {
+                        if before != sent {
+                            m.violation(format!(
+                                "partition {partition} offset {base} served as {before:?}, later as {sent:?} by broker {leader}"
+                            ));
+                        }
+                    }
+                    if let Some(acked) = m.acked_all.get(&(partition, base)).copied() {
+                        if acked != sent {
+                            m.violation(format!(
+                                "partition {partition} offset {base} served as {sent:?} by broker {leader}, acknowledged (acks=all) as {acked:?}"
+                            ));
+                        }
+                    }
+                    m.report.records_consumed += sent.count as u64;
+                    next = base + sent.count as i64;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                model.borrow_mut().note(format!(
+                    "{:?}: consumer of {partition} at {next} from broker {leader}: {e}",
+                    sim::now()
+                ));
+                connection = None;
+                runtime::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
 }
 
 /// The batches a fetch of `partition` from `offset` returns (below the high

@@ -183,10 +183,13 @@ impl Model {
         };
         // One replica, always its leader, and nothing else going wrong: no
         // produce may fail.
-        if outcome.error != ErrorCode::None || outcome.partition != partition {
+        if outcome.error != ErrorCode::None
+            || outcome.partition != partition
+            || outcome.base_offset < 0
+        {
             self.violation(format!(
-                "producer {producer}: tag {} to partition {partition} answered {:?} for partition {}",
-                sent.tag, outcome.error, outcome.partition
+                "producer {producer}: tag {} to partition {partition} answered {:?} for partition {} at offset {}",
+                sent.tag, outcome.error, outcome.partition, outcome.base_offset
             ));
             return;
         }

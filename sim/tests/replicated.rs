@@ -1,7 +1,7 @@
 //! The replicated simulation in CI: three real brokers replicating over the
-//! simulated network must keep every acks=all acknowledgement through kills,
-//! slow and cut links and a whole-cluster kill with power loss, for a fixed
-//! range of seeds; a seed must replay exactly; and the checker must see
+//! simulated network must keep every acks=all acknowledgement and every
+//! batch consumers were served through kills, pauses, slow and cut links and
+//! a whole-cluster kill with power loss, for a fixed range of seeds; a seed must replay exactly; and the checker must see
 //! acks=1 writes lost when they are counted as acks=all (so a pass means
 //! something).
 

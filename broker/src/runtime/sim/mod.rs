@@ -109,6 +109,9 @@ struct Executor {
     ready: RefCell<Vec<usize>>,
     /// The process of the task being polled (0 outside any).
     polling_process: Cell<u32>,
+    /// Processes stopped (`pause_process`), and their tasks woken meanwhile.
+    paused: RefCell<std::collections::BTreeSet<u32>>,
+    parked: RefCell<Vec<usize>>,
     tearing_down: Cell<bool>,
     now_ns: Cell<u64>,
     timers: RefCell<BTreeMap<(u64, u64), Waker>>,
@@ -198,8 +201,13 @@ impl Executor {
                 None => None,
             }
         };
-        // Dropped outside the borrow: a future's drop may cancel other tasks.
-        drop(removed);
+        // Dropped outside the borrow (a future's drop may cancel other
+        // tasks), as its own process: what the drop spawns belongs to it.
+        if let Some(slot) = removed {
+            let caller = self.polling_process.replace(slot.process);
+            drop(slot);
+            self.polling_process.set(caller);
+        }
     }
 
     fn take_woken(&self) {
@@ -223,6 +231,17 @@ impl Executor {
             let index = self.random_below(ready.len() as u64) as usize;
             ready.swap_remove(index)
         };
+        let paused = {
+            let tasks = self.tasks.borrow();
+            tasks
+                .get(&id)
+                .is_some_and(|slot| self.paused.borrow().contains(&slot.process))
+        };
+        if paused {
+            // Stopped, as by SIGSTOP: it runs once its process resumes.
+            self.parked.borrow_mut().push(id);
+            return true;
+        }
         let taken = {
             let mut tasks = self.tasks.borrow_mut();
             tasks.get_mut(&id).and_then(|slot| {
@@ -240,7 +259,6 @@ impl Executor {
             .as_mut()
             .poll(&mut Context::from_waker(&waker))
             .is_ready();
-        self.polling_process.set(0);
         drop(waker);
         self.polls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -255,12 +273,15 @@ impl Executor {
             let slot = tasks.get_mut(&id).expect("a polled task keeps its slot");
             if !done && !slot.cancelled {
                 slot.future = Some(future);
+                self.polling_process.set(0);
                 return true;
             }
             tasks.remove(&id);
         }
-        // Dropped outside the borrow (its drop may touch other tasks).
+        // Dropped outside the borrow (its drop may touch other tasks), still
+        // as its own process.
         drop(future);
+        self.polling_process.set(0);
         true
     }
 
@@ -309,6 +330,8 @@ pub fn run<T: 'static>(
         queue: Arc::new(ReadyQueue(Mutex::new(Vec::new()))),
         ready: RefCell::new(Vec::new()),
         polling_process: Cell::new(0),
+        paused: RefCell::new(std::collections::BTreeSet::new()),
+        parked: RefCell::new(Vec::new()),
         tearing_down: Cell::new(false),
         now_ns: Cell::new(0),
         timers: RefCell::new(BTreeMap::new()),
@@ -515,7 +538,38 @@ pub fn kill_process(process: u32) -> usize {
     for &id in &ids {
         executor.cancel(id);
     }
+    executor.paused.borrow_mut().remove(&process);
+    executor.parked.borrow_mut().retain(|id| !ids.contains(id));
     ids.len()
+}
+
+/// Stops every task of `process` from running, as SIGSTOP does: its timers
+/// and sockets go on receiving, but nothing of it runs until
+/// `resume_process`.
+pub fn pause_process(process: u32) {
+    assert_ne!(process, 0, "process 0 is the simulation itself");
+    current().paused.borrow_mut().insert(process);
+}
+
+/// Lets a paused process run again: everything of it woken meanwhile is
+/// ready at once.
+pub fn resume_process(process: u32) {
+    let executor = current();
+    executor.paused.borrow_mut().remove(&process);
+    let parked = std::mem::take(&mut *executor.parked.borrow_mut());
+    let owner = |id: &usize| executor.tasks.borrow().get(id).map(|slot| slot.process);
+    // Tasks gone since they were parked (finished, cancelled) are forgotten.
+    let (mine, others): (Vec<usize>, Vec<usize>) = parked
+        .into_iter()
+        .filter(|id| owner(id).is_some())
+        .partition(|id| owner(id) == Some(process));
+    *executor.parked.borrow_mut() = others;
+    let mut ready = executor.ready.borrow_mut();
+    for id in mine {
+        if !ready.contains(&id) {
+            ready.push(id);
+        }
+    }
 }
 
 /// Runs `future` in the simulation itself (process 0), whoever spawns it:
@@ -762,6 +816,32 @@ mod tests {
         let ticks = seen.borrow();
         assert!((9..=11).contains(&ticks[&1]), "{ticks:?}");
         assert!((19..=21).contains(&ticks[&2]), "{ticks:?}");
+    }
+
+    #[test]
+    fn a_paused_process_runs_nothing_until_it_resumes() {
+        let ticks = Rc::new(Cell::new(0u32));
+        let seen = ticks.clone();
+        run(&SimConfig::new(4), &SimDisk::new(), None, async move {
+            let counter = ticks.clone();
+            spawn_process(1, async move {
+                loop {
+                    counter.set(counter.get() + 1);
+                    sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .detach();
+            sleep(Duration::from_millis(55)).await;
+            pause_process(1);
+            let before = ticks.get();
+            sleep(Duration::from_millis(200)).await;
+            assert_eq!(ticks.get(), before, "nothing ran while paused");
+            resume_process(1);
+            sleep(Duration::from_millis(55)).await;
+            assert!(ticks.get() > before, "it runs again");
+        })
+        .unwrap();
+        assert!(seen.get() >= 12);
     }
 
     #[test]

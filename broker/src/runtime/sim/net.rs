@@ -247,7 +247,10 @@ impl Drop for SimReadHalf {
 
 impl SimWriteHalf {
     pub fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        if self.pipe.reader_gone.get() {
+        // Across a cut link the writer cannot know the reader is gone: its
+        // bytes go into the network and are lost there.
+        let cut = link(self.pipe.writer_process, self.pipe.reader_process).cut;
+        if self.pipe.reader_gone.get() && !cut {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "the other side closed the connection",
@@ -368,6 +371,7 @@ pub async fn connect(addr: SocketAddr) -> io::Result<(SimReadHalf, SimWriteHalf)
     };
     super::sleep(Duration::from_micros(delay_us)).await;
     let executor = current();
+    let client = executor.polling_process.get();
     let Some(listener) = executor.net.listeners.borrow().get(&addr).cloned() else {
         return Err(io::Error::new(
             io::ErrorKind::ConnectionRefused,
@@ -380,7 +384,29 @@ pub async fn connect(addr: SocketAddr) -> io::Result<(SimReadHalf, SimWriteHalf)
         .next_port
         .set(n.wrapping_add(1) % EPHEMERAL_PORTS);
     let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), EPHEMERAL_PORT_FIRST + n);
-    let client = executor.polling_process.get();
+    // A handshake across a cut link waits for it to heal (the caller's
+    // connect timeout bounds the wait), and only then finds out whether
+    // anyone still listens.
+    while link(client, listener.process).cut {
+        super::sleep(Duration::from_millis(CUT_RECHECK_MS)).await;
+    }
+    if !Rc::ptr_eq(
+        &listener,
+        match executor.net.listeners.borrow().get(&addr) {
+            Some(now) => now,
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!("nothing listens on {addr} in the simulation"),
+                ))
+            }
+        },
+    ) {
+        return Err(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            format!("{addr} was bound again in the simulation"),
+        ));
+    }
     let to_server = Rc::new(Pipe {
         writer_process: client,
         reader_process: listener.process,
