@@ -38,15 +38,33 @@ pub mod world;
 
 pub use world::{Failure, Options, Report};
 
-/// A fresh directory name for one run of a seed: unique in the process too,
-/// since tests run seeds (sometimes the same one) on several threads at once.
-fn scratch_dir(kind: &str, seed: u64) -> std::path::PathBuf {
+/// Runs `run` in a fresh directory, removed afterwards. Its name is unique
+/// in the process too, since tests run seeds (sometimes the same one) on
+/// several threads at once.
+fn in_scratch_dir<T>(kind: &str, seed: u64, run: impl FnOnce(&std::path::Path) -> T) -> T {
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    std::env::temp_dir().join(format!(
-        "ringlog-sim-{kind}-{}-{seed}-{run}",
+    let number = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let root = std::env::temp_dir().join(format!(
+        "ringlog-sim-{kind}-{}-{seed}-{number}",
         std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("temp dir");
+    let result = run(&root);
+    let _ = std::fs::remove_dir_all(&root);
+    result
+}
+
+/// `verify-log` on one partition directory: its first problem, if any.
+fn verify_log(dir: &std::path::Path) -> Option<String> {
+    use ::broker::log::verify::{verify_partition_dir, VerifyOptions};
+    let report = ::broker::runtime::run_local(verify_partition_dir(
+        dir,
+        VerifyOptions::default(),
+        &mut std::io::sink(),
     ))
+    .expect("verify runs");
+    report.first_problem().map(|problem| format!("{problem:?}"))
 }
 
 /// A number for one choice of a seed (`what` names the choice): each choice

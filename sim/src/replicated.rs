@@ -26,7 +26,6 @@ use std::time::Duration;
 
 use broker::cluster_view::partition_dir;
 use broker::config::{BrokerConfig, FileConfig, FileLogConfig};
-use broker::log::verify::{verify_partition_dir, VerifyOptions};
 use broker::net::serve_listener;
 use broker::runtime::net::Listener;
 use broker::runtime::peer::PeerConnection;
@@ -243,6 +242,32 @@ impl Cluster {
         true
     }
 
+    /// Keeps `slot` connected to the partition's current leader: `Some(true)`
+    /// when it was just (re)opened to a new one, `Some(false)` when it still
+    /// leads, `None` (after a short wait) when no leader can be reached now.
+    async fn follow_leader(
+        &self,
+        partition: i32,
+        slot: &mut Option<(u32, PeerConnection)>,
+    ) -> Option<bool> {
+        let Some((leader, addr)) = self.leader_of(partition) else {
+            runtime::sleep(Duration::from_millis(20)).await;
+            return None;
+        };
+        if slot.as_ref().is_some_and(|(to, _)| *to == leader) {
+            return Some(false);
+        }
+        *slot = PeerConnection::open(&addr.to_string(), RESPONSE_BYTES_MAX, REQUEST_MS_MAX)
+            .await
+            .ok()
+            .map(|c| (leader, c));
+        if slot.is_none() {
+            runtime::sleep(Duration::from_millis(20)).await;
+            return None;
+        }
+        Some(true)
+    }
+
     /// The client address of the broker the controller names as the
     /// partition's leader, if it names a live one.
     fn leader_of(&self, partition: i32) -> Option<(u32, SocketAddr)> {
@@ -329,12 +354,7 @@ async fn broker_process(config: Rc<BrokerConfig>, stop: Rc<Cell<bool>>) {
 
 /// Runs one seed of the replicated simulation.
 pub fn run(seed: u64, options: &ReplicatedOptions) -> Result<ReplicatedReport, SeedFailure> {
-    let root = crate::scratch_dir("replicated", seed);
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).expect("temp dir");
-    let result = run_in(seed, options, &root);
-    let _ = std::fs::remove_dir_all(&root);
-    result
+    crate::in_scratch_dir("replicated", seed, |root| run_in(seed, options, root))
 }
 
 fn run_in(
@@ -434,20 +454,17 @@ fn run_in(
     for config in &configs {
         for partition in 0..options.partitions {
             let dir = partition_dir(&config.data_dir, TOPIC, partition as i32);
-            if !dir.exists() {
-                continue;
-            }
-            let report = runtime::run_local(verify_partition_dir(
-                &dir,
-                VerifyOptions::default(),
-                &mut std::io::sink(),
-            ))
-            .expect("verify runs");
-            if let Some(problem) = report.first_problem() {
+            // RF 3 on three brokers: every broker holds every partition.
+            let problem = if dir.exists() {
+                crate::verify_log(&dir)
+            } else {
+                Some("the replica directory is missing".to_string())
+            };
+            if let Some(problem) = problem {
                 return Err(fail(
                     &model,
                     format!(
-                        "verify-log on broker {} partition {partition}: {problem:?}",
+                        "verify-log on broker {} partition {partition}: {problem}",
                         config.node_id
                     ),
                 ));
@@ -815,26 +832,16 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
         let mut next = 0i64;
         let mut connection: Option<(u32, PeerConnection)> = None;
         while next < wanted && sim::now() < deadline {
-            let Some((leader, addr)) = cluster.leader_of(partition) else {
-                runtime::sleep(Duration::from_millis(20)).await;
+            let Some(new_leader) = cluster.follow_leader(partition, &mut connection).await else {
                 continue;
             };
-            if connection.as_ref().is_none_or(|(to, _)| *to != leader) {
+            if new_leader {
                 // The whole partition from one leader: a new one is read
                 // from the start.
                 found.clear();
                 next = 0;
-                connection =
-                    PeerConnection::open(&addr.to_string(), RESPONSE_BYTES_MAX, REQUEST_MS_MAX)
-                        .await
-                        .ok()
-                        .map(|c| (leader, c));
-                if connection.is_none() {
-                    runtime::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
             }
-            let (_, conn) = connection.as_mut().expect("opened above");
+            let (_, conn) = connection.as_mut().expect("connected to the leader");
             match fetch_from(conn, partition, next).await {
                 Ok(Some(batches)) => {
                     for (base, sent) in batches {
@@ -899,22 +906,15 @@ async fn consume(partition: i32, cluster: Rc<Cluster>, model: Rc<RefCell<Model>>
     let mut next = 0i64;
     let mut connection: Option<(u32, PeerConnection)> = None;
     loop {
-        let Some((leader, addr)) = cluster.leader_of(partition) else {
-            runtime::sleep(Duration::from_millis(20)).await;
+        if cluster
+            .follow_leader(partition, &mut connection)
+            .await
+            .is_none()
+        {
             continue;
-        };
-        if connection.as_ref().is_none_or(|(to, _)| *to != leader) {
-            connection =
-                PeerConnection::open(&addr.to_string(), RESPONSE_BYTES_MAX, REQUEST_MS_MAX)
-                    .await
-                    .ok()
-                    .map(|c| (leader, c));
-            if connection.is_none() {
-                runtime::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
         }
-        let (_, conn) = connection.as_mut().expect("opened above");
+        let (leader, conn) = connection.as_mut().expect("connected to the leader");
+        let leader = *leader;
         match fetch_from(conn, partition, next).await {
             Ok(Some(batches)) => {
                 let mut m = model.borrow_mut();

@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use broker::cluster_view::partition_dir;
 use broker::config::{BrokerConfig, FileConfig, FileLogConfig};
-use broker::log::verify::{verify_partition_dir, VerifyOptions};
 use broker::net::serve_listener;
 use broker::runtime::net::Listener;
 use broker::runtime::peer::PeerConnection;
@@ -243,12 +242,7 @@ struct Setup {
 
 /// Runs one seed of the shard simulation.
 pub fn run(seed: u64, options: &ShardOptions) -> Result<ShardReport, ShardFailure> {
-    let root = crate::scratch_dir("shard", seed);
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).expect("temp dir");
-    let result = run_in(seed, options, &root);
-    let _ = std::fs::remove_dir_all(&root);
-    result
+    crate::in_scratch_dir("shard", seed, |root| run_in(seed, options, root))
 }
 
 /// The flush policy a seed runs with: two seeds in three sync every
@@ -422,16 +416,10 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
     }
     for partition in 0..options.partitions {
         let dir = partition_dir(&data, TOPIC, partition as i32);
-        let report = runtime::run_local(verify_partition_dir(
-            &dir,
-            VerifyOptions::default(),
-            &mut std::io::sink(),
-        ))
-        .expect("verify runs");
-        if let Some(problem) = report.first_problem() {
+        if let Some(problem) = crate::verify_log(&dir) {
             return Err(fail(
                 &model,
-                format!("verify-log on partition {partition}: {problem:?}"),
+                format!("verify-log on partition {partition}: {problem}"),
             ));
         }
     }

@@ -21,7 +21,6 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use broker::clock::Clock;
-use broker::log::verify::{verify_partition_dir, VerifyOptions};
 use broker::log::{FlushPolicy, LogConfig, LogError, PartitionLog};
 use broker::runtime::{self, sim};
 use protocol::{
@@ -216,12 +215,7 @@ fn decode(bytes: &[u8]) -> Result<Vec<(i64, Written)>, String> {
 
 /// Runs one seed of the storage simulation.
 pub fn run(seed: u64, options: &StorageOptions) -> Result<StorageReport, StorageFailure> {
-    let dir = crate::scratch_dir("storage", seed);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let result = run_in(seed, options, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    crate::in_scratch_dir("storage", seed, |root| run_in(seed, options, root))
 }
 
 fn run_in(
@@ -316,14 +310,8 @@ fn run_in(
         }
     }
     // The files themselves, after the last clean close.
-    let report = runtime::run_local(verify_partition_dir(
-        &dir,
-        VerifyOptions::default(),
-        &mut std::io::sink(),
-    ))
-    .expect("verify runs");
-    if let Some(problem) = report.first_problem() {
-        return Err(fail(&model, format!("verify-log: {problem:?}")));
+    if let Some(problem) = crate::verify_log(&dir) {
+        return Err(fail(&model, format!("verify-log: {problem}")));
     }
     let report = model.borrow().report.clone();
     Ok(report)
