@@ -41,7 +41,7 @@ use controller::command::Command;
 use protocol::{ApiKey, BatchBuilder, BrokerId, Compression, ErrorCode, RecordBatch};
 
 use crate::control_server::{self, ControlState, CONTROLLER_LISTEN};
-use crate::tagged::SeedFailure;
+use crate::tagged::{Journal, SeedFailure, Sent};
 
 const TOPIC: &str = "replicated";
 const REQUEST_MS_MAX: u64 = 3_000;
@@ -122,12 +122,6 @@ pub struct ReplicatedReport {
     pub records_consumed: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Sent {
-    tag: u64,
-    count: u32,
-}
-
 #[derive(Default)]
 struct Model {
     /// acks=all acknowledgements, by partition and base offset.
@@ -136,24 +130,8 @@ struct Model {
     /// partition and base offset: committed, so as permanent as acks=all.
     served: BTreeMap<(i32, i64), Sent>,
     next_tag: u64,
-    violations: Vec<String>,
-    trace: Vec<String>,
-    print: bool,
+    journal: Journal,
     report: ReplicatedReport,
-}
-
-impl Model {
-    fn note(&mut self, line: String) {
-        if self.print {
-            println!("{line}");
-        }
-        self.trace.push(line);
-    }
-
-    fn violation(&mut self, line: String) {
-        self.note(format!("VIOLATION: {line}"));
-        self.violations.push(line);
-    }
 }
 
 /// A running broker: its simulated process, its stop flag and its root task.
@@ -189,6 +167,31 @@ impl Cluster {
             stop,
             task,
         });
+    }
+
+    /// Starts the controller and every broker; how many brokers.
+    fn start_all(&self) -> usize {
+        sim::spawn_process(
+            CONTROLLER_PROCESS,
+            control_server::serve(self.control.clone()),
+        )
+        .detach();
+        let brokers = self.brokers.borrow().len();
+        for index in 0..brokers {
+            self.start(index);
+        }
+        brokers
+    }
+
+    /// Brokers the controller counts as unfenced.
+    fn unfenced(&self) -> usize {
+        self.control
+            .controller
+            .borrow()
+            .state
+            .brokers()
+            .filter(|b| !b.fenced)
+            .count()
     }
 
     fn kill(&self, index: usize) {
@@ -363,7 +366,10 @@ fn run_in(
     root: &Path,
 ) -> Result<ReplicatedReport, SeedFailure> {
     let model = Rc::new(RefCell::new(Model {
-        print: options.trace,
+        journal: Journal {
+            print: options.trace,
+            ..Journal::default()
+        },
         ..Model::default()
     }));
     let fail = |model: &Rc<RefCell<Model>>, violation: String| SeedFailure {
@@ -371,7 +377,7 @@ fn run_in(
         seed,
         options: options.flags(),
         violation,
-        trace: model.borrow().trace.clone(),
+        trace: model.borrow().journal.trace.clone(),
     };
     let disk = sim::SimDisk::new();
     let data = root.join("data");
@@ -382,7 +388,7 @@ fn run_in(
     let configs: Vec<Rc<BrokerConfig>> = (1..=options.brokers)
         .map(|id| Rc::new(broker_config(seed, id, &data)))
         .collect();
-    model.borrow_mut().note(format!(
+    model.borrow_mut().journal.note(format!(
         "seed {seed}: flush policy {}",
         if flush_always(seed) { "always" } else { "none" }
     ));
@@ -429,7 +435,7 @@ fn run_in(
         match outcome {
             Ok(()) => {}
             Err(sim::SimStop::TimeUp { now_ms, .. }) => {
-                model.borrow_mut().note(format!(
+                model.borrow_mut().journal.note(format!(
                     "life {life}: the whole cluster killed at {now_ms} ms"
                 ));
             }
@@ -437,7 +443,7 @@ fn run_in(
                 return Err(fail(&model, format!("life {life}: {stop}")));
             }
         }
-        if let Some(violation) = model.borrow().violations.first() {
+        if let Some(violation) = model.borrow().journal.violations.first() {
             return Err(fail(&model, violation.clone()));
         }
         control
@@ -448,7 +454,7 @@ fn run_in(
             let mut m = model.borrow_mut();
             m.report.power_losses += 1;
             m.report.writes_torn += loss.writes_torn as u64;
-            m.note(format!("power loss {loss:?}"));
+            m.journal.note(format!("power loss {loss:?}"));
         }
     }
     for config in &configs {
@@ -482,30 +488,15 @@ fn run_in(
 /// then produce while brokers are killed and restarted one at a time, then
 /// with all of them up, until the run's end kills them all.
 async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: ReplicatedOptions) {
-    sim::spawn_process(
-        CONTROLLER_PROCESS,
-        control_server::serve(cluster.control.clone()),
-    )
-    .detach();
-    let brokers = cluster.brokers.borrow().len();
-    for index in 0..brokers {
-        cluster.start(index);
-    }
+    let brokers = cluster.start_all();
     let deadline = sim::now() + Duration::from_millis(STARTUP_MS_MAX);
     loop {
-        let unfenced = cluster
-            .control
-            .controller
-            .borrow()
-            .state
-            .brokers()
-            .filter(|b| !b.fenced)
-            .count();
+        let unfenced = cluster.unfenced();
         if unfenced == brokers {
             break;
         }
         if sim::now() > deadline {
-            model.borrow_mut().violation(format!(
+            model.borrow_mut().journal.violation(format!(
                 "only {unfenced} of {brokers} brokers unfenced at start"
             ));
             return;
@@ -523,11 +514,15 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
             config: BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]),
         });
     if let Err(e) = created {
-        model.borrow_mut().violation(format!("topic refused: {e}"));
+        model
+            .borrow_mut()
+            .journal
+            .violation(format!("topic refused: {e}"));
         return;
     }
     model
         .borrow_mut()
+        .journal
         .note(format!("{:?}: topic made", sim::now()));
     for producer in 0..options.producers {
         runtime::spawn(produce(
@@ -555,7 +550,7 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
         let broker = index + 1;
         match sim::random_below(12) {
             0..=2 => {
-                model.borrow_mut().note(format!(
+                model.borrow_mut().journal.note(format!(
                     "{:?}: kill -9 of broker {broker}, back in {for_ms} ms",
                     sim::now()
                 ));
@@ -566,7 +561,7 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
             }
             3..=5 => {
                 let extra_delay_us = 20_000 + sim::random_below(280_000);
-                model.borrow_mut().note(format!(
+                model.borrow_mut().journal.note(format!(
                     "{:?}: broker {broker}'s links to the other brokers slowed by {} ms for {for_ms} ms",
                     sim::now(),
                     extra_delay_us / 1_000
@@ -594,7 +589,7 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
                 // on taking writes from clients while another one is elected.
                 let controller_too = choice >= 8;
                 let for_ms = for_ms + if controller_too { 1_500 } else { 0 };
-                model.borrow_mut().note(format!(
+                model.borrow_mut().journal.note(format!(
                     "{:?}: broker {broker} cut off from the other brokers{} for {for_ms} ms",
                     sim::now(),
                     if controller_too {
@@ -624,7 +619,7 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
                 // Often past its session: the controller fences it and
                 // elects others while it still holds writes.
                 let for_ms = for_ms + 1_000;
-                model.borrow_mut().note(format!(
+                model.borrow_mut().journal.note(format!(
                     "{:?}: broker {broker} paused for {for_ms} ms",
                     sim::now()
                 ));
@@ -640,6 +635,7 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
     }
     model
         .borrow_mut()
+        .journal
         .note(format!("{:?}: faults over; settling", sim::now()));
     std::future::pending::<()>().await;
 }
@@ -708,7 +704,7 @@ async fn produce(
         {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                model.borrow_mut().note(format!(
+                model.borrow_mut().journal.note(format!(
                     "producer {producer}: tag {tag} to broker {leader}: {e}"
                 ));
                 connections.remove(&leader);
@@ -717,7 +713,7 @@ async fn produce(
         };
         let mut m = model.borrow_mut();
         let [outcome] = &outcomes[..] else {
-            m.violation(format!(
+            m.journal.violation(format!(
                 "producer {producer}: tag {tag} to partition {partition} answered with {} outcomes",
                 outcomes.len()
             ));
@@ -725,7 +721,7 @@ async fn produce(
         };
         {
             if outcome.error != ErrorCode::None {
-                m.note(format!(
+                m.journal.note(format!(
                     "{:?}: producer {producer}: tag {tag} (acks {acks}) to partition {partition} on broker {leader}: {:?}",
                     sim::now(),
                     outcome.error
@@ -734,7 +730,7 @@ async fn produce(
                 continue;
             }
             if outcome.partition != partition || outcome.base_offset < 0 {
-                m.violation(format!(
+                m.journal.violation(format!(
                     "producer {producer}: tag {tag} to partition {partition} acknowledged for partition {} at offset {}",
                     outcome.partition, outcome.base_offset
                 ));
@@ -747,19 +743,19 @@ async fn produce(
             }
             m.report.acked_all += 1;
             let key = (partition, outcome.base_offset);
-            m.note(format!(
+            m.journal.note(format!(
                 "{:?}: acks=all {sent:?} at {key:?} from broker {leader}",
                 sim::now()
             ));
             if let Some(before) = m.acked_all.insert(key, sent) {
-                m.violation(format!(
+                m.journal.violation(format!(
                     "partition {} offset {} acknowledged (acks=all) as {before:?} and as {sent:?}",
                     key.0, key.1
                 ));
             }
             if let Some(served) = m.served.get(&key).copied() {
                 if served != sent {
-                    m.violation(format!(
+                    m.journal.violation(format!(
                         "partition {} offset {} acknowledged (acks=all) as {sent:?}, served as {served:?}",
                         key.0, key.1
                     ));
@@ -789,27 +785,12 @@ fn batch(tag: u64, count: u32) -> Vec<u8> {
 /// leader, every partition is read back from it and every acks=all batch
 /// must be there; then the brokers close cleanly.
 async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
-    sim::spawn_process(
-        CONTROLLER_PROCESS,
-        control_server::serve(cluster.control.clone()),
-    )
-    .detach();
-    let brokers = cluster.brokers.borrow().len();
-    for index in 0..brokers {
-        cluster.start(index);
-    }
+    let brokers = cluster.start_all();
     // Every broker back and unfenced, so each partition's leader is the one
     // the cluster settles on rather than the first to come back.
     let deadline = sim::now() + Duration::from_millis(READ_BACK_MS_MAX);
     while sim::now() < deadline {
-        let unfenced = cluster
-            .control
-            .controller
-            .borrow()
-            .state
-            .brokers()
-            .filter(|b| !b.fenced)
-            .count();
+        let unfenced = cluster.unfenced();
         let led = (0..cluster.partitions as i32).all(|p| cluster.leader_of(p).is_some());
         if unfenced == brokers && led {
             break;
@@ -823,7 +804,7 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
             m.acked_all
                 .range(range.clone())
                 .chain(m.served.range(range))
-                .map(|(&(_, base), sent)| base + sent.count as i64)
+                .map(|(&(_, base), sent)| sent.end(base))
                 .max()
                 .unwrap_or(0)
         };
@@ -846,13 +827,14 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
                 Ok(Some(batches)) => {
                     for (base, sent) in batches {
                         found.insert(base, sent);
-                        next = base + sent.count as i64;
+                        next = sent.end(base);
                     }
                 }
                 Ok(None) => runtime::sleep(Duration::from_millis(20)).await,
                 Err(e) => {
                     model
                         .borrow_mut()
+                        .journal
                         .note(format!("read-back {partition}: {e}"));
                     connection = None;
                     runtime::sleep(Duration::from_millis(20)).await;
@@ -869,10 +851,10 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
         for ((_, base), sent) in acked {
             match found.get(&base) {
                 Some(got) if *got == sent => {}
-                Some(got) => m.violation(format!(
+                Some(got) => m.journal.violation(format!(
                     "read-back: partition {partition} offset {base} holds {got:?}, acknowledged (acks=all) {sent:?}"
                 )),
-                None => m.violation(format!(
+                None => m.journal.violation(format!(
                     "read-back: acks=all batch {sent:?} at partition {partition} offset {base} is gone (read up to {next})"
                 )),
             }
@@ -884,7 +866,7 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
             .collect();
         for (base, sent) in served {
             if found.get(&base) != Some(&sent) {
-                m.violation(format!(
+                m.journal.violation(format!(
                     "read-back: batch {sent:?} served at partition {partition} offset {base} below a high watermark is not there (found {:?}, read up to {next})",
                     found.get(&base)
                 ));
@@ -893,7 +875,7 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
     }
     // A clean close of every broker, so verify-log can judge the files.
     if !cluster.close_all().await {
-        model.borrow_mut().violation(format!(
+        model.borrow_mut().journal.violation(format!(
             "a broker did not close within {CLOSE_MS_MAX} ms of its stop"
         ));
     }
@@ -921,25 +903,25 @@ async fn consume(partition: i32, cluster: Rc<Cluster>, model: Rc<RefCell<Model>>
                 for (base, sent) in batches {
                     if let Some(before) = m.served.insert((partition, base), sent) {
                         if before != sent {
-                            m.violation(format!(
+                            m.journal.violation(format!(
                                 "partition {partition} offset {base} served as {before:?}, later as {sent:?} by broker {leader}"
                             ));
                         }
                     }
                     if let Some(acked) = m.acked_all.get(&(partition, base)).copied() {
                         if acked != sent {
-                            m.violation(format!(
+                            m.journal.violation(format!(
                                 "partition {partition} offset {base} served as {sent:?} by broker {leader}, acknowledged (acks=all) as {acked:?}"
                             ));
                         }
                     }
                     m.report.records_consumed += sent.count as u64;
-                    next = base + sent.count as i64;
+                    next = sent.end(base);
                 }
             }
             Ok(None) => {}
             Err(e) => {
-                model.borrow_mut().note(format!(
+                model.borrow_mut().journal.note(format!(
                     "{:?}: consumer of {partition} at {next} from broker {leader}: {e}",
                     sim::now()
                 ));
@@ -985,14 +967,7 @@ async fn fetch_from(
             let (batch, used) =
                 RecordBatch::parse_prefix(rest, 1 << 24).map_err(|e| format!("batch: {e}"))?;
             rest = &rest[used..];
-            let (tag, count) = crate::tagged::read(&batch)?;
-            out.push((
-                batch.header().base_offset.0,
-                Sent {
-                    tag,
-                    count: count as u32,
-                },
-            ));
+            out.push((batch.header().base_offset.0, Sent::of(&batch)?));
         }
     }
     Ok((!out.is_empty()).then_some(out))

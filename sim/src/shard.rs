@@ -49,6 +49,8 @@ use protocol::control::messages::{MetadataAnswer, MetadataUpdate};
 use protocol::control::records::BrokerEndpoints;
 use protocol::{ApiKey, BatchBuilder, BrokerId, Compression, ErrorCode, RecordBatch};
 
+use crate::tagged::{Journal, Sent};
+
 const TOPIC: &str = "sim";
 const BROKER_ID: u32 = 1;
 const LISTEN: &str = "127.0.0.1:9092";
@@ -131,13 +133,6 @@ pub struct ShardReport {
 
 pub type ShardFailure = crate::tagged::SeedFailure;
 
-/// What a batch held: its tag (unique in the seed) and record count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Sent {
-    tag: u64,
-    count: u32,
-}
-
 #[derive(Default)]
 struct Model {
     /// Every acknowledged batch, by partition and base offset.
@@ -145,25 +140,11 @@ struct Model {
     /// Every batch read below the high watermark, by partition and base offset.
     read: BTreeMap<(i32, i64), Sent>,
     next_tag: u64,
-    violations: Vec<String>,
-    trace: Vec<String>,
-    print: bool,
+    journal: Journal,
     report: ShardReport,
 }
 
 impl Model {
-    fn note(&mut self, line: String) {
-        if self.print {
-            println!("{line}");
-        }
-        self.trace.push(line);
-    }
-
-    fn violation(&mut self, line: String) {
-        self.note(format!("VIOLATION: {line}"));
-        self.violations.push(line);
-    }
-
     /// A produce answer for the batch `sent` to `partition`.
     fn answered(
         &mut self,
@@ -173,7 +154,7 @@ impl Model {
         outcomes: Vec<ProduceOutcome>,
     ) {
         let [outcome] = &outcomes[..] else {
-            self.violation(format!(
+            self.journal.violation(format!(
                 "producer {producer}: tag {} to partition {partition} answered with {} outcomes",
                 sent.tag,
                 outcomes.len()
@@ -186,7 +167,7 @@ impl Model {
             || outcome.partition != partition
             || outcome.base_offset < 0
         {
-            self.violation(format!(
+            self.journal.violation(format!(
                 "producer {producer}: tag {} to partition {partition} answered {:?} for partition {} at offset {}",
                 sent.tag, outcome.error, outcome.partition, outcome.base_offset
             ));
@@ -194,14 +175,14 @@ impl Model {
         }
         let key = (outcome.partition, outcome.base_offset);
         if let Some(before) = self.acked.insert(key, sent) {
-            self.violation(format!(
+            self.journal.violation(format!(
                 "partition {} offset {} acknowledged twice: {before:?}, then {sent:?}",
                 key.0, key.1
             ));
         }
         if let Some(read) = self.read.get(&key).copied() {
             if read != sent {
-                self.violation(format!(
+                self.journal.violation(format!(
                     "partition {} offset {} acknowledged as {sent:?}, read as {read:?}",
                     key.0, key.1
                 ));
@@ -214,13 +195,13 @@ impl Model {
     fn served(&mut self, partition: i32, base: i64, sent: Sent, what: &str) {
         if let Some(acked) = self.acked.get(&(partition, base)) {
             if *acked != sent {
-                self.violation(format!(
+                self.journal.violation(format!(
                     "{what}: partition {partition} offset {base} holds {sent:?}, but {acked:?} was acknowledged there"
                 ));
             }
         }
         match self.read.insert((partition, base), sent) {
-            Some(before) if before != sent => self.violation(format!(
+            Some(before) if before != sent => self.journal.violation(format!(
                 "{what}: partition {partition} offset {base} read as {sent:?}, earlier as {before:?}"
             )),
             _ => {}
@@ -314,7 +295,10 @@ fn metadata(partitions: u32) -> (u64, MetadataUpdate) {
 
 fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport, ShardFailure> {
     let model = Rc::new(RefCell::new(Model {
-        print: options.trace,
+        journal: Journal {
+            print: options.trace,
+            ..Journal::default()
+        },
         ..Model::default()
     }));
     let fail = |model: &Rc<RefCell<Model>>, violation: String| {
@@ -324,7 +308,7 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
             seed,
             options: options.flags(),
             violation,
-            trace: model.trace.clone(),
+            trace: model.journal.trace.clone(),
         }
     };
     let disk = sim::SimDisk::new();
@@ -341,7 +325,7 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
         producers: options.producers,
         served_may_vanish: options.power_loss_under_any_policy,
     });
-    model.borrow_mut().note(format!(
+    model.borrow_mut().journal.note(format!(
         "seed {seed}: flush policy {}",
         if flush_always(seed) { "always" } else { "none" }
     ));
@@ -374,7 +358,7 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
                 None,
             )
         };
-        model.borrow_mut().note(format!(
+        model.borrow_mut().journal.note(format!(
             "life {life}: until {until:?}, close after {close_after_ms:?}"
         ));
         let outcome = sim::run(
@@ -394,13 +378,14 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
             Err(sim::SimStop::TimeUp { now_ms, .. }) => {
                 let mut m = model.borrow_mut();
                 m.report.kills += 1;
-                m.note(format!("life {life}: killed at {now_ms} ms"));
+                m.journal
+                    .note(format!("life {life}: killed at {now_ms} ms"));
             }
             Err(stop @ sim::SimStop::Stalled { .. }) => {
                 return Err(fail(&model, format!("life {life}: {stop}")));
             }
         }
-        if let Some(violation) = model.borrow().violations.first() {
+        if let Some(violation) = model.borrow().journal.violations.first() {
             return Err(fail(&model, violation.clone()));
         }
         let workload_killed = !check_only && !last_workload;
@@ -411,7 +396,7 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
             m.report.power_losses += 1;
             m.report.writes_torn += loss.writes_torn as u64;
             m.report.names_reverted += loss.names_reverted as u64;
-            m.note(format!("life {life}: power loss {loss:?}"));
+            m.journal.note(format!("life {life}: power loss {loss:?}"));
         }
     }
     for partition in 0..options.partitions {
@@ -442,13 +427,14 @@ async fn one_life(
     if let Err(e) = shard.clone().publish_metadata(setup.metadata.clone()).await {
         model
             .borrow_mut()
+            .journal
             .violation(format!("the shard refused its metadata: {e}"));
         return;
     }
     let listener = match Listener::bind(setup.config.listen) {
         Ok(listener) => listener,
         Err(e) => {
-            model.borrow_mut().violation(format!("bind: {e}"));
+            model.borrow_mut().journal.violation(format!("bind: {e}"));
             return;
         }
     };
@@ -499,6 +485,7 @@ async fn read_back(setup: &Setup, model: &Rc<RefCell<Model>>) {
     let Some(mut connection) = connect().await else {
         model
             .borrow_mut()
+            .journal
             .violation("read-back: cannot connect to the restarted shard".into());
         return;
     };
@@ -513,7 +500,7 @@ async fn read_back(setup: &Setup, model: &Rc<RefCell<Model>>) {
             m.acked
                 .range(range.clone())
                 .chain(m.read.range(range))
-                .map(|(&(_, base), sent)| base + sent.count as i64)
+                .map(|(&(_, base), sent)| sent.end(base))
                 .max()
                 .unwrap_or(0)
         };
@@ -522,6 +509,7 @@ async fn read_back(setup: &Setup, model: &Rc<RefCell<Model>>) {
                 Err(e) => {
                     model
                         .borrow_mut()
+                        .journal
                         .violation(format!("read-back fetch of partition {partition}: {e}"));
                     return;
                 }
@@ -545,10 +533,10 @@ async fn read_back(setup: &Setup, model: &Rc<RefCell<Model>>) {
         for (base, sent) in acked {
             match found.get(&base) {
                 Some(got) if *got == sent => {}
-                Some(got) => m.violation(format!(
+                Some(got) => m.journal.violation(format!(
                     "read-back: partition {partition} offset {base} holds {got:?}, acknowledged {sent:?}"
                 )),
-                None => m.violation(format!(
+                None => m.journal.violation(format!(
                     "read-back: acknowledged batch {sent:?} at partition {partition} offset {base} is gone after the restart (read up to {next})"
                 )),
             }
@@ -563,7 +551,7 @@ async fn read_back(setup: &Setup, model: &Rc<RefCell<Model>>) {
             .collect();
         for (base, sent) in served {
             if found.get(&base) != Some(&sent) && !setup.served_may_vanish {
-                m.violation(format!(
+                m.journal.violation(format!(
                     "read-back: batch {sent:?} served at partition {partition} offset {base} below the high watermark is gone after the restart (read up to {next})"
                 ));
             }
@@ -640,7 +628,7 @@ fn check_answer(
 ) -> Option<i64> {
     if answer.error != ErrorCode::None {
         // One replica, always its leader: no fetch of it may fail.
-        model.borrow_mut().violation(format!(
+        model.borrow_mut().journal.violation(format!(
             "{what}: partition {} answered {:?}",
             answer.partition, answer.error
         ));
@@ -654,25 +642,26 @@ fn check_answer(
             Err(e) => {
                 model
                     .borrow_mut()
+                    .journal
                     .violation(format!("{what}: served batch does not parse: {e}"));
                 return None;
             }
         };
         rest = &rest[used..];
         let base = batch.header().base_offset.0;
-        let sent = match decode_records(&batch) {
+        let sent = match Sent::of(&batch) {
             Ok(sent) => sent,
             Err(e) => {
-                model.borrow_mut().violation(format!(
+                model.borrow_mut().journal.violation(format!(
                     "{what}: partition {} offset {base}: {e}",
                     answer.partition
                 ));
                 return None;
             }
         };
-        let batch_end = base + sent.count as i64;
+        let batch_end = sent.end(base);
         if batch_end > answer.high_watermark {
-            model.borrow_mut().violation(format!(
+            model.borrow_mut().journal.violation(format!(
                 "{what}: partition {} served offsets {base}..{batch_end} with its high watermark at {}",
                 answer.partition, answer.high_watermark
             ));
@@ -684,14 +673,6 @@ fn check_answer(
         end = Some(batch_end);
     }
     end
-}
-
-fn decode_records(batch: &RecordBatch<'_>) -> Result<Sent, String> {
-    let (tag, count) = crate::tagged::read(batch)?;
-    Ok(Sent {
-        tag,
-        count: count as u32,
-    })
 }
 
 fn batch(tag: u64, count: u32, timestamp_ms: i64) -> Vec<u8> {
@@ -723,6 +704,7 @@ async fn produce(producer: u32, setup: Rc<Setup>, model: Rc<RefCell<Model>>, sto
             if connection.is_none() {
                 model
                     .borrow_mut()
+                    .journal
                     .violation(format!("producer {producer}: cannot connect"));
                 return;
             }
@@ -763,13 +745,14 @@ async fn produce(producer: u32, setup: Rc<Setup>, model: Rc<RefCell<Model>>, sto
                 // task with it: an error or a timeout is the shard's.
                 model
                     .borrow_mut()
+                    .journal
                     .violation(format!("producer {producer}: tag {tag}: {e}"));
                 return;
             }
             Ok(response) => match produce_response(response.body()) {
                 Ok(outcomes) => outcomes,
                 Err(e) => {
-                    model.borrow_mut().violation(format!(
+                    model.borrow_mut().journal.violation(format!(
                         "producer {producer}: malformed produce answer: {e}"
                     ));
                     return;
@@ -792,7 +775,7 @@ async fn consume(setup: Rc<Setup>, model: Rc<RefCell<Model>>, stop: Rc<Cell<bool
             .borrow()
             .read
             .range((partition as i32, 0)..(partition as i32 + 1, 0))
-            .map(|(&(_, base), sent)| base + sent.count as i64)
+            .map(|(&(_, base), sent)| sent.end(base))
             .max()
             .unwrap_or(0);
     }
@@ -803,6 +786,7 @@ async fn consume(setup: Rc<Setup>, model: Rc<RefCell<Model>>, stop: Rc<Cell<bool
             if connection.is_none() {
                 model
                     .borrow_mut()
+                    .journal
                     .violation("consumer: cannot connect".into());
                 return;
             }
@@ -815,7 +799,10 @@ async fn consume(setup: Rc<Setup>, model: Rc<RefCell<Model>>, stop: Rc<Cell<bool
             .collect();
         match fetch_once(conn, &wanted, 20).await {
             Err(e) => {
-                model.borrow_mut().violation(format!("consumer: {e}"));
+                model
+                    .borrow_mut()
+                    .journal
+                    .violation(format!("consumer: {e}"));
                 return;
             }
             Ok(answers) => {

@@ -1,6 +1,6 @@
-//! What the storage and shard simulations share: batches whose records each
-//! name their batch's tag and their index in it (so a reader can tell which
-//! write it got, and whether it is whole), and the failure of a seed.
+//! What the simulations share: batches whose records each name their batch's
+//! tag and their index in it (so a reader can tell which write it got, and
+//! whether it is whole), the journal of a run, and the failure of a seed.
 
 use protocol::{BatchBuilder, Record, RecordBatch};
 
@@ -52,6 +52,53 @@ pub fn read(batch: &RecordBatch<'_>) -> Result<(u64, usize), String> {
         count += 1;
     }
     Ok((tag.unwrap_or(u64::MAX), count))
+}
+
+/// What a batch held, as a checker remembers it: its tag (unique in the
+/// seed) and its record count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sent {
+    pub tag: u64,
+    pub count: u32,
+}
+
+impl Sent {
+    /// The batch's tag and count, checking each record names them.
+    pub fn of(batch: &RecordBatch<'_>) -> Result<Sent, String> {
+        let (tag, count) = read(batch)?;
+        Ok(Sent {
+            tag,
+            count: count as u32,
+        })
+    }
+
+    /// The offset after the batch, if it starts at `base`.
+    pub fn end(&self, base: i64) -> i64 {
+        base + self.count as i64
+    }
+}
+
+/// A run's trace and the violations found in it.
+#[derive(Debug, Default)]
+pub struct Journal {
+    pub violations: Vec<String>,
+    pub trace: Vec<String>,
+    /// Print each line as it comes (`--trace`).
+    pub print: bool,
+}
+
+impl Journal {
+    pub fn note(&mut self, line: String) {
+        if self.print {
+            println!("{line}");
+        }
+        self.trace.push(line);
+    }
+
+    pub fn violation(&mut self, line: String) {
+        self.note(format!("VIOLATION: {line}"));
+        self.violations.push(line);
+    }
 }
 
 /// A failing seed: what broke, the trace leading to it, and how to replay it.
