@@ -38,7 +38,8 @@ pub mod world;
 
 pub use world::{Failure, Options, Report};
 
-/// Runs `run` in a fresh directory, removed afterwards. Its name is unique
+/// Runs `run` in a fresh directory, removed afterwards (unless
+/// `SIM_KEEP_SCRATCH` is set). Its name is unique
 /// in the process too, since tests run seeds (sometimes the same one) on
 /// several threads at once.
 fn in_scratch_dir<T>(kind: &str, seed: u64, run: impl FnOnce(&std::path::Path) -> T) -> T {
@@ -51,7 +52,13 @@ fn in_scratch_dir<T>(kind: &str, seed: u64, run: impl FnOnce(&std::path::Path) -
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).expect("temp dir");
     let result = run(&root);
-    let _ = std::fs::remove_dir_all(&root);
+    // `SIM_KEEP_SCRATCH=1` keeps the files of a run (data directories as the
+    // run left them) for a look after a failure.
+    if std::env::var_os("SIM_KEEP_SCRATCH").is_some() {
+        eprintln!("kept {}", root.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&root);
+    }
     result
 }
 

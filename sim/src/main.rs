@@ -73,9 +73,21 @@ struct Args {
     /// them as acks=all (the checker's self-test: failovers lose some).
     #[arg(long)]
     acks_all_sent_as_acks_one: bool,
+    /// Replicated simulation: leave one broker down once the faults end
+    /// (the checker's self-test: the quiet period's checks fail).
+    #[arg(long)]
+    leave_a_broker_down: bool,
 }
 
 fn main() -> ExitCode {
+    // The product's own log lines, when asked for (`RUST_LOG=info`): they
+    // come in simulated order, with wall-clock stamps.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args = Args::parse();
     let options = sim::Options {
         brokers: args.brokers,
@@ -260,6 +272,7 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
     let options = sim::replicated::ReplicatedOptions {
         partitions: args.partitions.unwrap_or(default.partitions),
         acks_all_sent_as_acks_one: args.acks_all_sent_as_acks_one,
+        leave_a_broker_down: args.leave_a_broker_down,
         trace: args.trace,
         ..default
     };
@@ -277,6 +290,9 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
             total.kills += report.kills;
             total.link_faults += report.link_faults;
             total.pauses += report.pauses;
+            total.slow_disks += report.slow_disks;
+            total.clock_jumps += report.clock_jumps;
+            total.quiet_answers += report.quiet_answers;
             total.power_losses += report.power_losses;
             total.writes_torn += report.writes_torn;
             total.records_read_back += report.records_read_back;
@@ -284,7 +300,7 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
         },
     );
     println!(
-        "replicated: {passed} seeds passed, {} failed {:?}; {} produce requests, {} acks=all and {} acks=1 batches acknowledged, {} refused, {} broker kills, {} brokers cut off, {} paused, {} power losses ({} writes torn), {} records consumed during the faults, {} read back after the whole cluster restarted, in {:.1} s",
+        "replicated: {passed} seeds passed, {} failed {:?}; {} produce requests, {} acks=all and {} acks=1 batches acknowledged, {} refused, {} broker kills, {} brokers cut off, {} paused, {} slow disks, {} clock jumps, {} power losses ({} writes torn), {} answers in the quiet periods, {} records consumed during the faults, {} read back after the whole cluster restarted, in {:.1} s",
         failed.len(),
         failed,
         total.requests,
@@ -294,8 +310,11 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
         total.kills,
         total.link_faults,
         total.pauses,
+        total.slow_disks,
+        total.clock_jumps,
         total.power_losses,
         total.writes_torn,
+        total.quiet_answers,
         total.records_consumed,
         total.records_read_back,
         started.elapsed().as_secs_f64()

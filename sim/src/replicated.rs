@@ -8,10 +8,14 @@
 //!
 //! One run: producers send acks=all and acks=1 batches to whoever the
 //! controller names as each partition's leader, and consumers read from it,
-//! while brokers are killed and restarted, paused, or have their links to
-//! the others slowed or cut, one at a time; then every broker is up again
-//! for a settling period; then the whole cluster is killed at once, often with a power
-//! loss under `flush.policy=always`. A second run restarts every broker,
+//! while brokers are killed and restarted, paused, have their links to the
+//! others slowed or cut, their disk slowed or their wall clock jumped, one
+//! at a time; then every broker is up again for a settling period, whose
+//! quiet end must answer every produce request promptly and without error
+//! with every broker back in every ISR; then the whole cluster is killed at
+//! once, often with a power loss under `flush.policy=always`. An observer
+//! reads every broker's replicas each simulated millisecond: one leader per
+//! leader epoch, and a leader's high watermark never goes back. A second run restarts every broker,
 //! waits for leaders, reads every partition back from its leader through
 //! Fetch and checks every acks=all acknowledgement and every batch the
 //! consumers were served; the brokers close cleanly and `verify-log` must
@@ -27,6 +31,7 @@ use std::time::Duration;
 use broker::cluster_view::partition_dir;
 use broker::config::{BrokerConfig, FileConfig, FileLogConfig};
 use broker::net::serve_listener;
+use broker::partition::PartitionKey;
 use broker::runtime::net::Listener;
 use broker::runtime::peer::PeerConnection;
 use broker::runtime::shards::Mesh;
@@ -58,6 +63,17 @@ const READ_BACK_MS_MAX: u64 = 20_000;
 const REPLICA_LAG_TIME_MAX_MS: u64 = 1_000;
 /// How long a clean close of every broker may take.
 const CLOSE_MS_MAX: u64 = 10_000;
+/// After the last fault is undone, how long the cluster has to take the
+/// restarted or fenced broker back (register, catch up, rejoin the ISR)
+/// before the quiet period's checks begin.
+const SETTLE_GRACE_MS: u64 = 3_000;
+/// In the quiet period every produce request must be answered, without an
+/// error, within this long: a partition whose writes stall there (an ISR
+/// that never grows back, a leader waiting on a sync that never ends) fails
+/// the seed instead of passing on what it acknowledged before.
+const QUIET_ANSWER_MS_MAX: u64 = 1_000;
+/// How often the observer looks at every broker's replicas.
+const OBSERVE_EVERY_MS: u64 = 1;
 
 #[derive(Clone, Debug)]
 pub struct ReplicatedOptions {
@@ -72,9 +88,18 @@ pub struct ReplicatedOptions {
     /// Send every acks=all batch with acks=1 but count it as acks=all: the
     /// checker's self-test (leader failovers then lose some of them).
     pub acks_all_sent_as_acks_one: bool,
+    /// Kill one broker when the faults end and leave it down: the checker's
+    /// self-test (the quiet period's checks then see a partition's ISR
+    /// short of a broker).
+    pub leave_a_broker_down: bool,
 }
 
 impl ReplicatedOptions {
+    /// Simulated milliseconds of the first run: startup, faults, settling.
+    pub fn run_ms(&self) -> u64 {
+        STARTUP_MS_MAX + self.chaos_ms + self.settle_ms
+    }
+
     /// The `ringlog-sim` flags for what differs from the defaults.
     pub fn flags(&self) -> String {
         let mut flags = String::new();
@@ -83,6 +108,9 @@ impl ReplicatedOptions {
         }
         if self.acks_all_sent_as_acks_one {
             flags += " --acks-all-sent-as-acks-one";
+        }
+        if self.leave_a_broker_down {
+            flags += " --leave-a-broker-down";
         }
         flags
     }
@@ -95,9 +123,10 @@ impl Default for ReplicatedOptions {
             partitions: 3,
             producers: 3,
             chaos_ms: 10_000,
-            settle_ms: 2_000,
+            settle_ms: SETTLE_GRACE_MS + 3_000,
             trace: false,
             acks_all_sent_as_acks_one: false,
+            leave_a_broker_down: false,
         }
     }
 }
@@ -114,8 +143,14 @@ pub struct ReplicatedReport {
     pub link_faults: u64,
     /// Brokers stopped (as by SIGSTOP) for a while.
     pub pauses: u64,
+    /// Brokers whose disk turned slow for a while.
+    pub slow_disks: u64,
+    /// Brokers whose wall clock jumped.
+    pub clock_jumps: u64,
     pub power_losses: u64,
     pub writes_torn: u64,
+    /// Produce requests answered in the quiet period after the faults.
+    pub quiet_answers: u64,
     /// Records read back after the whole cluster restarted.
     pub records_read_back: u64,
     /// Records the consumers were served while the faults went on.
@@ -132,13 +167,28 @@ struct Model {
     next_tag: u64,
     journal: Journal,
     report: ReplicatedReport,
+    /// Which broker led each partition at each leader epoch, as observed.
+    epoch_leaders: BTreeMap<(i32, i32), u32>,
+    /// A leader's latest observed epoch and high watermark, by process and
+    /// partition (process numbers start over in each run: cleared then).
+    leader_watermarks: BTreeMap<(u32, i32), (i32, i64)>,
+    /// From when every produce request must be answered promptly.
+    quiet_from: Option<Duration>,
+    /// Produce requests sent and not yet answered: partition and send time.
+    in_flight: BTreeMap<u64, (i32, Duration)>,
+    /// acks=all batches acknowledged in the quiet period, by partition.
+    quiet_acked_all: BTreeMap<i32, u64>,
 }
 
-/// A running broker: its simulated process, its stop flag and its root task.
+/// A running broker: its simulated process, its stop flag, its root task,
+/// its wall clock (which the faults may jump) and its shard once made (which
+/// the observer reads).
 struct Running {
     process: u32,
     stop: Rc<Cell<bool>>,
     task: sim::SimTask<()>,
+    clock: Rc<sim::SimClock>,
+    shard: Rc<RefCell<Option<Rc<Shard>>>>,
 }
 
 /// A broker's fixed parts: its id and config (ports, data directory).
@@ -160,12 +210,19 @@ impl Cluster {
         let process = self.next_process.get();
         self.next_process.set(process + 1);
         let stop = Rc::new(Cell::new(false));
+        let clock = Rc::new(sim::SimClock::new());
+        let shard = Rc::new(RefCell::new(None));
         let config = self.brokers.borrow()[index].config.clone();
-        let task = sim::spawn_process(process, broker_process(config, stop.clone()));
+        let task = sim::spawn_process(
+            process,
+            broker_process(config, stop.clone(), clock.clone(), shard.clone()),
+        );
         self.brokers.borrow_mut()[index].running = Some(Running {
             process,
             stop,
             task,
+            clock,
+            shard,
         });
     }
 
@@ -199,6 +256,31 @@ impl Cluster {
         if let Some(running) = running {
             sim::kill_process(running.process);
             running.task.detach();
+        }
+    }
+
+    /// Running brokers whose shard holds a replica of every partition.
+    fn brokers_with_every_replica(&self) -> usize {
+        self.brokers
+            .borrow()
+            .iter()
+            .filter_map(|slot| slot.running.as_ref()?.shard.borrow().clone())
+            .filter(|shard| {
+                (0..self.partitions as i32).all(|partition| {
+                    shard
+                        .replica_of(&PartitionKey {
+                            topic: TOPIC.to_string(),
+                            partition,
+                        })
+                        .is_some()
+                })
+            })
+            .count()
+    }
+
+    fn jump_clock(&self, index: usize, delta_ms: i64) {
+        if let Some(running) = &self.brokers.borrow()[index].running {
+            running.clock.jump(delta_ms);
         }
     }
 
@@ -315,9 +397,14 @@ fn broker_config(seed: u64, id: u32, data: &Path) -> BrokerConfig {
 /// One broker process, as `server::run_shard` starts a shard: controller
 /// links, then (once registered and unfenced) listeners and maintenance,
 /// until `stop`, then a clean close.
-async fn broker_process(config: Rc<BrokerConfig>, stop: Rc<Cell<bool>>) {
-    let clock = Rc::new(sim::SimClock::new());
+async fn broker_process(
+    config: Rc<BrokerConfig>,
+    stop: Rc<Cell<bool>>,
+    clock: Rc<sim::SimClock>,
+    observed: Rc<RefCell<Option<Rc<Shard>>>>,
+) {
     let shard = Rc::new(Shard::new(0, 1, config.clone(), clock, Mesh::solo()));
+    *observed.borrow_mut() = Some(shard.clone());
     let controllers = config.controllers.clone();
     let links = vec![
         runtime::spawn(controller_link::run_session(
@@ -393,7 +480,7 @@ fn run_in(
         if flush_always(seed) { "always" } else { "none" }
     ));
     // The first run: startup, the faults, then the settling period.
-    let run_ms = STARTUP_MS_MAX + options.chaos_ms + options.settle_ms;
+    let run_ms = options.run_ms();
     for life in 0..2u64 {
         let life_seed = seed.wrapping_mul(1_000_003).wrapping_add(life);
         let sim_config = sim::SimConfig {
@@ -536,9 +623,11 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
     for partition in 0..cluster.partitions as i32 {
         runtime::spawn(consume(partition, cluster.clone(), model.clone())).detach();
     }
+    runtime::spawn(observe(cluster.clone(), model.clone())).detach();
     // One fault at a time, each undone before the next: a broker killed and
     // restarted after a pause, paused (SIGSTOP), its links to the other
-    // brokers slowed, or cut off from them (and from the controller).
+    // brokers slowed, cut off from them (and from the controller), its disk
+    // slowed, or its wall clock jumped.
     let chaos_end = sim::now() + Duration::from_millis(options.chaos_ms);
     loop {
         runtime::sleep(Duration::from_millis(200 + sim::random_below(1_300))).await;
@@ -548,7 +637,7 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
             break;
         }
         let broker = index + 1;
-        match sim::random_below(12) {
+        match sim::random_below(16) {
             0..=2 => {
                 model.borrow_mut().journal.note(format!(
                     "{:?}: kill -9 of broker {broker}, back in {for_ms} ms",
@@ -615,6 +704,40 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
                 runtime::sleep(Duration::from_millis(for_ms)).await;
                 heal_all();
             }
+            12..=13 => {
+                // Every file operation (a follower's sync before it fetches
+                // again, a leader's group commit) takes this much longer.
+                let extra_us = 5_000 + sim::random_below(195_000);
+                model.borrow_mut().journal.note(format!(
+                    "{:?}: broker {broker}'s disk slowed by {} ms per operation for {for_ms} ms",
+                    sim::now(),
+                    extra_us / 1_000
+                ));
+                let process = cluster
+                    .process_of(index)
+                    .expect("every broker is up between faults");
+                sim::set_disk_latency(process, extra_us);
+                model.borrow_mut().report.slow_disks += 1;
+                runtime::sleep(Duration::from_millis(for_ms)).await;
+                sim::set_disk_latency(process, 0);
+            }
+            14..=15 => {
+                // Wall time only: timestamps, retention and producer expiry
+                // read it; timeouts and sessions must not.
+                let jump_ms = sim::random_below(600_000) as i64 + 1_000;
+                let jump_ms = if sim::random_below(2) == 0 {
+                    jump_ms
+                } else {
+                    -jump_ms
+                };
+                model.borrow_mut().journal.note(format!(
+                    "{:?}: broker {broker}'s wall clock jumps by {jump_ms} ms",
+                    sim::now()
+                ));
+                cluster.jump_clock(index, jump_ms);
+                model.borrow_mut().report.clock_jumps += 1;
+                runtime::sleep(Duration::from_millis(for_ms)).await;
+            }
             _ => {
                 // Often past its session: the controller fences it and
                 // elects others while it still holds writes.
@@ -633,11 +756,130 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
             }
         }
     }
-    model
-        .borrow_mut()
-        .journal
-        .note(format!("{:?}: faults over; settling", sim::now()));
+    if options.leave_a_broker_down {
+        model
+            .borrow_mut()
+            .journal
+            .note(format!("{:?}: kill -9 of broker 1, left down", sim::now()));
+        cluster.kill(0);
+    }
+    let quiet_from = sim::now() + Duration::from_millis(SETTLE_GRACE_MS);
+    model.borrow_mut().quiet_from = Some(quiet_from);
+    model.borrow_mut().journal.note(format!(
+        "{:?}: faults over; settling, quiet from {quiet_from:?}",
+        sim::now()
+    ));
+    // The quiet period's checks, just before the run's end kills the cluster.
+    let check_at = options.run_ms().saturating_sub(QUIET_ANSWER_MS_MAX / 2);
+    if Duration::from_millis(check_at) > quiet_from + Duration::from_millis(QUIET_ANSWER_MS_MAX) {
+        runtime::sleep(Duration::from_millis(check_at).saturating_sub(sim::now())).await;
+        check_quiet(&cluster, &mut model.borrow_mut(), quiet_from);
+    }
     std::future::pending::<()>().await;
+}
+
+/// At the end of the quiet period, with every broker up and no fault for a
+/// while: every produce request sent in it has been answered within
+/// `QUIET_ANSWER_MS_MAX` (answers are checked as they come), every partition
+/// took acks=all writes, and the controller counts every broker in every
+/// partition's ISR (a follower that cannot get back in is a stall waiting
+/// for the next fault).
+fn check_quiet(cluster: &Cluster, m: &mut Model, quiet_from: Duration) {
+    let now = sim::now();
+    let late: Vec<(u64, i32, Duration)> = m
+        .in_flight
+        .iter()
+        .filter(|(_, &(_, sent))| {
+            sent >= quiet_from && now - sent > Duration::from_millis(QUIET_ANSWER_MS_MAX)
+        })
+        .map(|(&tag, &(partition, sent))| (tag, partition, sent))
+        .collect();
+    for (tag, partition, sent) in late {
+        m.journal.violation(format!(
+            "quiet period: tag {tag} to partition {partition}, sent at {sent:?}, still unanswered at {now:?}"
+        ));
+    }
+    let brokers = cluster.brokers.borrow().len();
+    let controller = cluster.control.controller.borrow();
+    let topic = controller
+        .state
+        .topic_by_name(TOPIC)
+        .expect("the topic was made");
+    for partition in 0..cluster.partitions as i32 {
+        if m.quiet_acked_all.get(&partition).copied().unwrap_or(0) == 0 {
+            m.journal.violation(format!(
+                "quiet period: partition {partition} acknowledged no acks=all batch"
+            ));
+        }
+        let state = &topic.partitions[partition as usize];
+        if state.isr.len() != brokers {
+            m.journal.violation(format!(
+                "quiet period: partition {partition}'s ISR is {:?} (leader {:?}) at {now:?}, though all {brokers} brokers have been up with no fault since {:?}",
+                state.isr,
+                state.leader,
+                quiet_from.saturating_sub(Duration::from_millis(SETTLE_GRACE_MS))
+            ));
+        }
+    }
+}
+
+/// Every `OBSERVE_EVERY_MS`, the state of every live broker's replicas:
+/// at most one broker leads a partition at any one leader epoch, and a
+/// leader's high watermark never goes backwards while it leads at that
+/// epoch.
+async fn observe(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
+    model.borrow_mut().leader_watermarks.clear();
+    loop {
+        {
+            let brokers = cluster.brokers.borrow();
+            let mut m = model.borrow_mut();
+            for slot in brokers.iter() {
+                let Some(running) = &slot.running else {
+                    continue;
+                };
+                let Some(shard) = running.shard.borrow().clone() else {
+                    continue;
+                };
+                for partition in 0..cluster.partitions as i32 {
+                    let key = PartitionKey {
+                        topic: TOPIC.to_string(),
+                        partition,
+                    };
+                    let Some(replica) = shard.replica_of(&key) else {
+                        continue;
+                    };
+                    let role = replica.role();
+                    let at = (running.process, partition);
+                    if !role.leader {
+                        m.leader_watermarks.remove(&at);
+                        continue;
+                    }
+                    let epoch = role.leader_epoch.0;
+                    let hw = replica.high_watermark.get();
+                    let leader = *m.epoch_leaders.entry((partition, epoch)).or_insert(slot.id);
+                    if leader != slot.id {
+                        m.journal.violation(format!(
+                            "{:?}: brokers {leader} and {} both led partition {partition} at leader epoch {epoch}",
+                            sim::now(),
+                            slot.id
+                        ));
+                    }
+                    if let Some((before_epoch, before_hw)) =
+                        m.leader_watermarks.insert(at, (epoch, hw))
+                    {
+                        if before_epoch == epoch && hw < before_hw {
+                            m.journal.violation(format!(
+                                "{:?}: broker {}'s high watermark of partition {partition} went from {before_hw} back to {hw} at leader epoch {epoch}",
+                                sim::now(),
+                                slot.id
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        runtime::sleep(Duration::from_millis(OBSERVE_EVERY_MS)).await;
+    }
 }
 
 /// A producer: one batch at a time, acks=all (two in three) or acks=1, to
@@ -673,11 +915,14 @@ async fn produce(
         };
         let count = 1 + sim::random_below(6) as u32;
         let acks: i16 = if sim::random_below(3) == 0 { 1 } else { -1 };
+        let sent_at = sim::now();
         let tag = {
             let mut m = model.borrow_mut();
             m.next_tag += 1;
             m.report.requests += 1;
-            m.next_tag
+            let tag = m.next_tag;
+            m.in_flight.insert(tag, (partition, sent_at));
+            tag
         };
         let records = batch(tag, count);
         let wire_acks = if acks_all_sent_as_acks_one { 1 } else { acks };
@@ -698,15 +943,34 @@ async fn produce(
                 PRODUCE_TIMEOUT_MS,
             )
             .await;
+        let answered_ms = (sim::now() - sent_at).as_millis();
+        let quiet = {
+            let mut m = model.borrow_mut();
+            m.in_flight.remove(&tag);
+            let quiet = m.quiet_from.is_some_and(|from| sent_at >= from);
+            if quiet {
+                m.report.quiet_answers += 1;
+                if answered_ms > u128::from(QUIET_ANSWER_MS_MAX) {
+                    m.journal.violation(format!(
+                        "quiet period: tag {tag} (acks {acks}) to partition {partition} on broker {leader} answered after {answered_ms} ms"
+                    ));
+                }
+            }
+            quiet
+        };
         let outcomes = match answer
             .map_err(|e| e.to_string())
             .and_then(|r| produce_response(r.body()).map_err(|e| e.to_string()))
         {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                model.borrow_mut().journal.note(format!(
-                    "producer {producer}: tag {tag} to broker {leader}: {e}"
-                ));
+                let mut m = model.borrow_mut();
+                let line = format!("producer {producer}: tag {tag} to broker {leader}: {e}");
+                if quiet {
+                    m.journal.violation(format!("quiet period: {line}"));
+                } else {
+                    m.journal.note(line);
+                }
                 connections.remove(&leader);
                 continue;
             }
@@ -721,11 +985,16 @@ async fn produce(
         };
         {
             if outcome.error != ErrorCode::None {
-                m.journal.note(format!(
+                let line = format!(
                     "{:?}: producer {producer}: tag {tag} (acks {acks}) to partition {partition} on broker {leader}: {:?}",
                     sim::now(),
                     outcome.error
-                ));
+                );
+                if quiet {
+                    m.journal.violation(format!("quiet period: {line}"));
+                } else {
+                    m.journal.note(line);
+                }
                 m.report.refused += 1;
                 continue;
             }
@@ -742,6 +1011,9 @@ async fn produce(
                 continue;
             }
             m.report.acked_all += 1;
+            if quiet {
+                *m.quiet_acked_all.entry(partition).or_default() += 1;
+            }
             let key = (partition, outcome.base_offset);
             m.journal.note(format!(
                 "{:?}: acks=all {sent:?} at {key:?} from broker {leader}",
@@ -786,14 +1058,33 @@ fn batch(tag: u64, count: u32) -> Vec<u8> {
 /// must be there; then the brokers close cleanly.
 async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
     let brokers = cluster.start_all();
+    runtime::spawn(observe(cluster.clone(), model.clone())).detach();
     // Every broker back and unfenced, so each partition's leader is the one
     // the cluster settles on rather than the first to come back.
     let deadline = sim::now() + Duration::from_millis(READ_BACK_MS_MAX);
-    while sim::now() < deadline {
+    loop {
         let unfenced = cluster.unfenced();
         let led = (0..cluster.partitions as i32).all(|p| cluster.leader_of(p).is_some());
         if unfenced == brokers && led {
             break;
+        }
+        if sim::now() >= deadline {
+            // A broker that cannot come back would leave its replica
+            // directories as the crash left them, unjudged by the read-back.
+            let fenced: Vec<String> = cluster
+                .control
+                .controller
+                .borrow()
+                .state
+                .brokers()
+                .filter(|b| b.fenced)
+                .map(|b| format!("{:?}", b.id))
+                .collect();
+            model.borrow_mut().journal.violation(format!(
+                "read-back: {unfenced} of {brokers} brokers unfenced (fenced: {}) and every partition led: {led}, {READ_BACK_MS_MAX} ms after the restart",
+                fenced.join(", ")
+            ));
+            return;
         }
         runtime::sleep(Duration::from_millis(20)).await;
     }
@@ -831,7 +1122,14 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
                     }
                 }
                 Ok(None) => runtime::sleep(Duration::from_millis(20)).await,
-                Err(e) => {
+                Err(FetchFailure::AboveWatermark(e)) => {
+                    model
+                        .borrow_mut()
+                        .journal
+                        .violation(format!("read-back {partition}: {e}"));
+                    return;
+                }
+                Err(FetchFailure::Transient(e)) => {
                     model
                         .borrow_mut()
                         .journal
@@ -872,6 +1170,20 @@ async fn read_back_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
                 ));
             }
         }
+    }
+    // Every broker has opened (so recovered) every replica before the
+    // close, so verify-log judges what recovery and the brokers left rather
+    // than a directory as the crash left it.
+    let deadline = sim::now() + Duration::from_millis(READ_BACK_MS_MAX);
+    while cluster.brokers_with_every_replica() < brokers {
+        if sim::now() >= deadline {
+            model.borrow_mut().journal.violation(format!(
+                "read-back: only {} of {brokers} brokers opened every replica within {READ_BACK_MS_MAX} ms",
+                cluster.brokers_with_every_replica()
+            ));
+            return;
+        }
+        runtime::sleep(Duration::from_millis(20)).await;
     }
     // A clean close of every broker, so verify-log can judge the files.
     if !cluster.close_all().await {
@@ -920,7 +1232,14 @@ async fn consume(partition: i32, cluster: Rc<Cluster>, model: Rc<RefCell<Model>>
                 }
             }
             Ok(None) => {}
-            Err(e) => {
+            Err(FetchFailure::AboveWatermark(e)) => {
+                model
+                    .borrow_mut()
+                    .journal
+                    .violation(format!("consumer of {partition} from broker {leader}: {e}"));
+                return;
+            }
+            Err(FetchFailure::Transient(e)) => {
                 model.borrow_mut().journal.note(format!(
                     "{:?}: consumer of {partition} at {next} from broker {leader}: {e}",
                     sim::now()
@@ -932,13 +1251,28 @@ async fn consume(partition: i32, cluster: Rc<Cluster>, model: Rc<RefCell<Model>>
     }
 }
 
+/// Why a fetch gave no batches.
+enum FetchFailure {
+    /// The connection, the leader or the answer's decoding: try again.
+    Transient(String),
+    /// A batch served above the high watermark the same answer gives: a
+    /// consumer read what is not committed.
+    AboveWatermark(String),
+}
+
+impl From<String> for FetchFailure {
+    fn from(e: String) -> FetchFailure {
+        FetchFailure::Transient(e)
+    }
+}
+
 /// The batches a fetch of `partition` from `offset` returns (below the high
 /// watermark), or `None` when there are none yet.
 async fn fetch_from(
     connection: &mut PeerConnection,
     partition: i32,
     offset: i64,
-) -> Result<Option<Vec<(i64, Sent)>>, String> {
+) -> Result<Option<Vec<(i64, Sent)>>, FetchFailure> {
     let body = fetch_request(
         50,
         1,
@@ -960,14 +1294,22 @@ async fn fetch_from(
     let mut out = Vec::new();
     for p in fetched {
         if p.error != ErrorCode::None {
-            return Err(format!("{:?}", p.error));
+            return Err(FetchFailure::Transient(format!("{:?}", p.error)));
         }
         let mut rest = &p.records[..];
         while !rest.is_empty() {
             let (batch, used) =
                 RecordBatch::parse_prefix(rest, 1 << 24).map_err(|e| format!("batch: {e}"))?;
             rest = &rest[used..];
-            out.push((batch.header().base_offset.0, Sent::of(&batch)?));
+            let base = batch.header().base_offset.0;
+            let sent = Sent::of(&batch)?;
+            if sent.end(base) > p.high_watermark {
+                return Err(FetchFailure::AboveWatermark(format!(
+                    "served {sent:?} at offset {base} above the high watermark {} of the same answer",
+                    p.high_watermark
+                )));
+            }
+            out.push((base, sent));
         }
     }
     Ok((!out.is_empty()).then_some(out))

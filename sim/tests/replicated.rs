@@ -1,9 +1,11 @@
 //! The replicated simulation in CI: three real brokers replicating over the
 //! simulated network must keep every acks=all acknowledgement and every
-//! batch consumers were served through kills, pauses, slow and cut links and
-//! a whole-cluster kill with power loss, for a fixed range of seeds; a seed must replay exactly; and the checker must see
-//! acks=1 writes lost when they are counted as acks=all (so a pass means
-//! something).
+//! batch consumers were served through kills, pauses, slow and cut links,
+//! slow disks, clock jumps and a whole-cluster kill with power loss, and
+//! must take writes promptly with a full ISR once the faults are over, for a
+//! fixed range of seeds; a seed must replay exactly; and the checker must
+//! see acks=1 writes lost when they are counted as acks=all, and a broker
+//! left down in the quiet period (so a pass means something).
 
 use sim::replicated::{run, ReplicatedOptions};
 
@@ -56,4 +58,14 @@ fn the_checker_sees_acks_one_writes_lost_when_counted_as_acks_all() {
     let caught = (0..12).find_map(|seed| run(seed, &options).err());
     let failure = caught.expect("a failover loses acks=1 records");
     assert!(failure.violation.contains("acks=all"), "{failure}");
+}
+
+#[test]
+fn the_quiet_period_checks_see_a_broker_left_down() {
+    let options = ReplicatedOptions {
+        leave_a_broker_down: true,
+        ..ReplicatedOptions::default()
+    };
+    let failure = run(0, &options).expect_err("a broker left down keeps an ISR short");
+    assert!(failure.violation.contains("quiet period"), "{failure}");
 }
