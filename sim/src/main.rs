@@ -77,6 +77,11 @@ struct Args {
     /// (the checker's self-test: the quiet period's checks fail).
     #[arg(long)]
     leave_a_broker_down: bool,
+    /// Replicated simulation: instead of drawn faults, brokers cut off from
+    /// the others while every wall clock jumps five minutes back, then
+    /// forward.
+    #[arg(long)]
+    wall_clock_jumps_during_cuts: bool,
 }
 
 fn main() -> ExitCode {
@@ -273,6 +278,7 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
         partitions: args.partitions.unwrap_or(default.partitions),
         acks_all_sent_as_acks_one: args.acks_all_sent_as_acks_one,
         leave_a_broker_down: args.leave_a_broker_down,
+        wall_clock_jumps_during_cuts: args.wall_clock_jumps_during_cuts,
         trace: args.trace,
         ..default
     };
@@ -292,6 +298,7 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
             total.pauses += report.pauses;
             total.slow_disks += report.slow_disks;
             total.clock_jumps += report.clock_jumps;
+            total.connections_reset += report.connections_reset;
             total.quiet_answers += report.quiet_answers;
             total.power_losses += report.power_losses;
             total.writes_torn += report.writes_torn;
@@ -300,7 +307,7 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
         },
     );
     println!(
-        "replicated: {passed} seeds passed, {} failed {:?}; {} produce requests, {} acks=all and {} acks=1 batches acknowledged, {} refused, {} broker kills, {} brokers cut off, {} paused, {} slow disks, {} clock jumps, {} power losses ({} writes torn), {} answers in the quiet periods, {} records consumed during the faults, {} read back after the whole cluster restarted, in {:.1} s",
+        "replicated: {passed} seeds passed, {} failed {:?}; {} produce requests, {} acks=all and {} acks=1 batches acknowledged, {} refused, {} broker kills, {} brokers cut off, {} paused, {} slow disks, {} clock jumps, {} connections reset, {} power losses ({} writes torn), {} answers in the quiet periods, {} records consumed during the faults, {} read back after the whole cluster restarted, in {:.1} s",
         failed.len(),
         failed,
         total.requests,
@@ -312,6 +319,7 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
         total.pauses,
         total.slow_disks,
         total.clock_jumps,
+        total.connections_reset,
         total.power_losses,
         total.writes_torn,
         total.quiet_answers,

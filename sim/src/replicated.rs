@@ -9,8 +9,8 @@
 //! One run: producers send acks=all and acks=1 batches to whoever the
 //! controller names as each partition's leader, and consumers read from it,
 //! while brokers are killed and restarted, paused, have their links to the
-//! others slowed or cut, their disk slowed or their wall clock jumped, one
-//! at a time; then every broker is up again for a settling period, whose
+//! others slowed or cut, their disk slowed, their wall clock jumped or
+//! their connections reset, one at a time; then every broker is up again for a settling period, whose
 //! quiet end must answer every produce request promptly and without error
 //! with every broker back in every ISR; then the whole cluster is killed at
 //! once, often with a power loss under `flush.policy=always`. An observer
@@ -35,7 +35,7 @@ use broker::partition::PartitionKey;
 use broker::runtime::net::Listener;
 use broker::runtime::peer::PeerConnection;
 use broker::runtime::shards::Mesh;
-use broker::runtime::sim::net::{heal_all, set_link, Link};
+use broker::runtime::sim::net::{heal_all, reset_connections, set_link, Link};
 use broker::runtime::{self, sim};
 use broker::shard::{controller_link, Shard};
 use client::messages::{
@@ -43,7 +43,9 @@ use client::messages::{
 };
 use client::IsolationLevel;
 use controller::command::Command;
-use protocol::{ApiKey, BatchBuilder, BrokerId, Compression, ErrorCode, RecordBatch};
+use protocol::{
+    ApiKey, BatchBuilder, BrokerId, Compression, ErrorCode, LeaderEpoch, Offset, RecordBatch,
+};
 
 use crate::control_server::{self, ControlState, CONTROLLER_LISTEN};
 use crate::tagged::{Journal, SeedFailure, Sent};
@@ -63,10 +65,15 @@ const READ_BACK_MS_MAX: u64 = 20_000;
 const REPLICA_LAG_TIME_MAX_MS: u64 = 1_000;
 /// How long a clean close of every broker may take.
 const CLOSE_MS_MAX: u64 = 10_000;
-/// After the last fault is undone, how long the cluster has to take the
-/// restarted or fenced broker back (register, catch up, rejoin the ISR)
-/// before the quiet period's checks begin.
+/// After the faults' end (the last one is undone 1.5 s before it at the
+/// latest), how long the cluster has to take the restarted or fenced broker
+/// back (register, catch up, rejoin the ISR) before the quiet period's
+/// checks begin.
 const SETTLE_GRACE_MS: u64 = 3_000;
+/// A cut from the other brokers longer than this must have taken the cut
+/// broker out of every ISR it shared: the lag bound, an ISR check and the
+/// controller's round trip.
+const CUT_ISR_MS_MAX: u64 = REPLICA_LAG_TIME_MAX_MS + 500;
 /// In the quiet period every produce request must be answered, without an
 /// error, within this long: a partition whose writes stall there (an ISR
 /// that never grows back, a leader waiting on a sync that never ends) fails
@@ -92,12 +99,29 @@ pub struct ReplicatedOptions {
     /// self-test (the quiet period's checks then see a partition's ISR
     /// short of a broker).
     pub leave_a_broker_down: bool,
+    /// Instead of drawn faults: a broker cut off from the others past the
+    /// ISR's lag bound while every wall clock jumps five minutes back (a
+    /// leader measuring lag on the wall clock keeps it in the ISR), then
+    /// another while every clock jumps forward (acks=all deadlines on the
+    /// wall clock time out at once).
+    pub wall_clock_jumps_during_cuts: bool,
 }
 
 impl ReplicatedOptions {
     /// Simulated milliseconds of the first run: startup, faults, settling.
     pub fn run_ms(&self) -> u64 {
         STARTUP_MS_MAX + self.chaos_ms + self.settle_ms
+    }
+
+    /// When the faults end (the last is undone 1.5 s before).
+    fn chaos_end(&self) -> Duration {
+        Duration::from_millis(STARTUP_MS_MAX + self.chaos_ms)
+    }
+
+    /// When the quiet period's checks begin: from then to the run's end,
+    /// every produce request must be answered promptly and without error.
+    fn quiet_from(&self) -> Duration {
+        self.chaos_end() + Duration::from_millis(SETTLE_GRACE_MS)
     }
 
     /// The `ringlog-sim` flags for what differs from the defaults.
@@ -111,6 +135,9 @@ impl ReplicatedOptions {
         }
         if self.leave_a_broker_down {
             flags += " --leave-a-broker-down";
+        }
+        if self.wall_clock_jumps_during_cuts {
+            flags += " --wall-clock-jumps-during-cuts";
         }
         flags
     }
@@ -127,6 +154,7 @@ impl Default for ReplicatedOptions {
             trace: false,
             acks_all_sent_as_acks_one: false,
             leave_a_broker_down: false,
+            wall_clock_jumps_during_cuts: false,
         }
     }
 }
@@ -147,6 +175,8 @@ pub struct ReplicatedReport {
     pub slow_disks: u64,
     /// Brokers whose wall clock jumped.
     pub clock_jumps: u64,
+    /// Connections reset (each end failing, what was in flight lost).
+    pub connections_reset: u64,
     pub power_losses: u64,
     pub writes_torn: u64,
     /// Produce requests answered in the quiet period after the faults.
@@ -168,10 +198,10 @@ struct Model {
     journal: Journal,
     report: ReplicatedReport,
     /// Which broker led each partition at each leader epoch, as observed.
-    epoch_leaders: BTreeMap<(i32, i32), u32>,
+    epoch_leaders: BTreeMap<(i32, LeaderEpoch), BrokerId>,
     /// A leader's latest observed epoch and high watermark, by process and
     /// partition (process numbers start over in each run: cleared then).
-    leader_watermarks: BTreeMap<(u32, i32), (i32, i64)>,
+    leader_watermarks: BTreeMap<(u32, i32), (LeaderEpoch, Offset)>,
     /// From when every produce request must be answered promptly.
     quiet_from: Option<Duration>,
     /// Produce requests sent and not yet answered: partition and send time.
@@ -191,10 +221,12 @@ struct Running {
     shard: Rc<RefCell<Option<Rc<Shard>>>>,
 }
 
-/// A broker's fixed parts: its id and config (ports, data directory).
+/// A broker's fixed parts: its id, config (ports, data directory) and how
+/// far its machine's wall clock is off (a jump outlives a restart).
 struct BrokerSlot {
     id: u32,
     config: Rc<BrokerConfig>,
+    clock_offset_ms: i64,
     running: Option<Running>,
 }
 
@@ -211,6 +243,7 @@ impl Cluster {
         self.next_process.set(process + 1);
         let stop = Rc::new(Cell::new(false));
         let clock = Rc::new(sim::SimClock::new());
+        clock.jump(self.brokers.borrow()[index].clock_offset_ms);
         let shard = Rc::new(RefCell::new(None));
         let config = self.brokers.borrow()[index].config.clone();
         let task = sim::spawn_process(
@@ -279,7 +312,10 @@ impl Cluster {
     }
 
     fn jump_clock(&self, index: usize, delta_ms: i64) {
-        if let Some(running) = &self.brokers.borrow()[index].running {
+        let mut brokers = self.brokers.borrow_mut();
+        let slot = &mut brokers[index];
+        slot.clock_offset_ms += delta_ms;
+        if let Some(running) = &slot.running {
             running.clock.jump(delta_ms);
         }
     }
@@ -444,6 +480,12 @@ async fn broker_process(
 
 /// Runs one seed of the replicated simulation.
 pub fn run(seed: u64, options: &ReplicatedOptions) -> Result<ReplicatedReport, SeedFailure> {
+    assert!(
+        options.settle_ms >= SETTLE_GRACE_MS + 2 * QUIET_ANSWER_MS_MAX,
+        "settle_ms {} leaves no quiet period to check (at least {} ms)",
+        options.settle_ms,
+        SETTLE_GRACE_MS + 2 * QUIET_ANSWER_MS_MAX
+    );
     crate::in_scratch_dir("replicated", seed, |root| run_in(seed, options, root))
 }
 
@@ -496,6 +538,7 @@ fn run_in(
                     .map(|(i, config)| BrokerSlot {
                         id: i as u32 + 1,
                         config: config.clone(),
+                        clock_offset_ms: 0,
                         running: None,
                     })
                     .collect(),
@@ -510,7 +553,12 @@ fn run_in(
         ) = if life == 0 {
             (
                 Some(Duration::from_millis(run_ms)),
-                Box::pin(chaos_life(cluster.clone(), model.clone(), options.clone())),
+                Box::pin(chaos_life(
+                    cluster.clone(),
+                    model.clone(),
+                    options.clone(),
+                    flush_always(seed).then(|| disk.clone()),
+                )),
             )
         } else {
             (
@@ -574,7 +622,14 @@ fn run_in(
 /// The first run: start the controller and every broker, make the topic,
 /// then produce while brokers are killed and restarted one at a time, then
 /// with all of them up, until the run's end kills them all.
-async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: ReplicatedOptions) {
+/// `power_loss_disk`: the disk, when a killed broker may also lose power
+/// (under `flush.policy=always`, where that loses nothing acknowledged).
+async fn chaos_life(
+    cluster: Rc<Cluster>,
+    model: Rc<RefCell<Model>>,
+    options: ReplicatedOptions,
+    power_loss_disk: Option<sim::SimDisk>,
+) {
     let brokers = cluster.start_all();
     let deadline = sim::now() + Duration::from_millis(STARTUP_MS_MAX);
     loop {
@@ -611,6 +666,7 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
         .borrow_mut()
         .journal
         .note(format!("{:?}: topic made", sim::now()));
+    model.borrow_mut().quiet_from = Some(options.quiet_from());
     for producer in 0..options.producers {
         runtime::spawn(produce(
             producer,
@@ -624,44 +680,186 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
         runtime::spawn(consume(partition, cluster.clone(), model.clone())).detach();
     }
     runtime::spawn(observe(cluster.clone(), model.clone())).detach();
-    // One fault at a time, each undone before the next: a broker killed and
-    // restarted after a pause, paused (SIGSTOP), its links to the other
-    // brokers slowed, cut off from them (and from the controller), its disk
-    // slowed, or its wall clock jumped.
-    let chaos_end = sim::now() + Duration::from_millis(options.chaos_ms);
+    // One fault at a time, each undone before the next, all over by
+    // `chaos_end` less 1.5 s.
+    let chaos_end = options.chaos_end();
+    let faults = Rc::new(Faults {
+        cluster: cluster.clone(),
+        model: model.clone(),
+        power_loss_disk,
+    });
+    if options.wall_clock_jumps_during_cuts {
+        clock_jumps_during_cuts(faults, brokers).await;
+    } else {
+        drawn_faults(&faults, brokers, chaos_end).await;
+    }
+    let quiet_from = options.quiet_from();
+    model.borrow_mut().journal.note(format!(
+        "{:?}: faults over; settling, quiet from {quiet_from:?}",
+        sim::now()
+    ));
+    if options.leave_a_broker_down {
+        model
+            .borrow_mut()
+            .journal
+            .note(format!("{:?}: kill -9 of broker 1, left down", sim::now()));
+        cluster.kill(0);
+    }
+    // The quiet period's checks, just before the run's end kills the cluster.
+    let check_at = Duration::from_millis(options.run_ms() - QUIET_ANSWER_MS_MAX / 2);
+    runtime::sleep(check_at.saturating_sub(sim::now())).await;
+    check_quiet(&cluster, &mut model.borrow_mut(), chaos_end, quiet_from);
+    std::future::pending::<()>().await;
+}
+
+/// The scripted faults of `wall_clock_jumps_during_cuts`.
+async fn clock_jumps_during_cuts(faults: Rc<Faults>, brokers: usize) {
+    // Broker 1 cut off from the others, and 200 ms into the cut (its
+    // followers' lag still under the bound) every wall clock five
+    // minutes back; then broker 2 likewise with every clock five
+    // minutes forward, while acks=all writes wait for it.
+    for (index, jump_ms) in [(0, -300_000), (1, 300_000)] {
+        runtime::sleep(Duration::from_millis(1_000)).await;
+        let jumper = faults.clone();
+        let jumps = runtime::spawn(async move {
+            runtime::sleep(Duration::from_millis(200)).await;
+            for index in 0..brokers {
+                jumper.apply(Fault::ClockJump { jump_ms }, index, 0).await;
+            }
+        });
+        let cut = Fault::Cut {
+            controller_too: false,
+        };
+        faults.apply(cut, index, CUT_ISR_MS_MAX + 1_000).await;
+        jumps.await;
+    }
+}
+
+/// Drawn faults, one at a time, each undone 1.5 s before `chaos_end` at the
+/// latest.
+async fn drawn_faults(faults: &Faults, brokers: usize, chaos_end: Duration) {
     loop {
         runtime::sleep(Duration::from_millis(200 + sim::random_below(1_300))).await;
         let index = sim::random_below(brokers as u64) as usize;
-        let for_ms = 300 + sim::random_below(1_700);
+        let base_ms = 300 + sim::random_below(1_700);
+        let fault = match sim::random_below(18) {
+            0..=2 => Fault::Kill,
+            3..=5 => Fault::SlowLinks,
+            choice @ 6..=9 => Fault::Cut {
+                controller_too: choice >= 8,
+            },
+            10..=11 => Fault::Pause,
+            12..=13 => Fault::SlowDisk,
+            14..=15 => {
+                let jump_ms = 1_000 + sim::random_below(599_001) as i64;
+                Fault::ClockJump {
+                    jump_ms: if sim::random_below(2) == 0 {
+                        jump_ms
+                    } else {
+                        -jump_ms
+                    },
+                }
+            }
+            _ => Fault::Reset,
+        };
+        let for_ms = base_ms + fault.extra_ms();
         if sim::now() + Duration::from_millis(for_ms + 1_500) >= chaos_end {
             break;
         }
+        faults.apply(fault, index, for_ms).await;
+    }
+}
+
+/// One fault of the first run, on one broker.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// kill -9, restarted after the fault's time (under `always`, half of
+    /// them with a power loss of that broker alone).
+    Kill,
+    /// Its links to the other brokers slowed by 20–300 ms.
+    SlowLinks,
+    /// Cut off from the other brokers, and with `controller_too` from the
+    /// controller as well, for longer than its session.
+    Cut { controller_too: bool },
+    /// Stopped, as by SIGSTOP, often past its session.
+    Pause,
+    /// Every direct-I/O file operation 5–200 ms slower.
+    SlowDisk,
+    /// Its wall clock moved by `jump_ms` (1 s to 10 min either way), for
+    /// good.
+    ClockJump { jump_ms: i64 },
+    /// Every connection it has reset at once.
+    Reset,
+}
+
+impl Fault {
+    /// Added to the drawn 0.3–2 s: a cut from the controller and a pause
+    /// last past the 1.5 s session, so the controller fences the broker and
+    /// elects others while it still holds writes.
+    fn extra_ms(self) -> u64 {
+        match self {
+            Fault::Cut {
+                controller_too: true,
+            } => 1_500,
+            Fault::Pause => 1_000,
+            _ => 0,
+        }
+    }
+}
+
+/// What the faults act on.
+struct Faults {
+    cluster: Rc<Cluster>,
+    model: Rc<RefCell<Model>>,
+    /// The disk, when a killed broker may also lose power (under
+    /// `flush.policy=always`, where that loses nothing acknowledged).
+    power_loss_disk: Option<sim::SimDisk>,
+}
+
+impl Faults {
+    fn note(&self, line: String) {
+        self.model
+            .borrow_mut()
+            .journal
+            .note(format!("{:?}: {line}", sim::now()));
+    }
+
+    /// Applies `fault` to broker `index` for `for_ms`, and undoes it.
+    async fn apply(&self, fault: Fault, index: usize, for_ms: u64) {
         let broker = index + 1;
-        match sim::random_below(16) {
-            0..=2 => {
-                model.borrow_mut().journal.note(format!(
-                    "{:?}: kill -9 of broker {broker}, back in {for_ms} ms",
-                    sim::now()
-                ));
-                cluster.kill(index);
-                model.borrow_mut().report.kills += 1;
+        let process = self
+            .cluster
+            .process_of(index)
+            .expect("every broker is up between faults");
+        match fault {
+            Fault::Kill => {
+                self.note(format!("kill -9 of broker {broker}, back in {for_ms} ms"));
+                self.cluster.kill(index);
+                self.model.borrow_mut().report.kills += 1;
+                if let Some(disk) = self.power_loss_disk.as_ref() {
+                    if sim::random_below(2) == 0 {
+                        let data_dir = self.cluster.brokers.borrow()[index].config.data_dir.clone();
+                        let loss = disk
+                            .power_loss_under(sim::random_below(u64::MAX), &data_dir)
+                            .expect("a power loss applies");
+                        self.note(format!("broker {broker} loses power: {loss:?}"));
+                        let mut m = self.model.borrow_mut();
+                        m.report.power_losses += 1;
+                        m.report.writes_torn += loss.writes_torn as u64;
+                    }
+                }
                 runtime::sleep(Duration::from_millis(for_ms)).await;
-                cluster.start(index);
+                self.cluster.start(index);
             }
-            3..=5 => {
+            Fault::SlowLinks => {
                 let extra_delay_us = 20_000 + sim::random_below(280_000);
-                model.borrow_mut().journal.note(format!(
-                    "{:?}: broker {broker}'s links to the other brokers slowed by {} ms for {for_ms} ms",
-                    sim::now(),
+                self.note(format!(
+                    "broker {broker}'s links to the other brokers slowed by {} ms for {for_ms} ms",
                     extra_delay_us / 1_000
                 ));
-                let me = cluster
-                    .process_of(index)
-                    .expect("every broker is up between faults");
-                let peers = cluster.peers_of(index, false);
-                for &peer in &peers {
+                for peer in self.cluster.peers_of(index, false) {
                     set_link(
-                        me,
+                        process,
                         peer,
                         Link {
                             extra_delay_us,
@@ -672,27 +870,18 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
                 runtime::sleep(Duration::from_millis(for_ms)).await;
                 heal_all();
             }
-            choice @ 6..=9 => {
-                // Half of the cuts also isolate the broker from the
-                // controller, for longer than its session: a leader that goes
-                // on taking writes from clients while another one is elected.
-                let controller_too = choice >= 8;
-                let for_ms = for_ms + if controller_too { 1_500 } else { 0 };
-                model.borrow_mut().journal.note(format!(
-                    "{:?}: broker {broker} cut off from the other brokers{} for {for_ms} ms",
-                    sim::now(),
+            Fault::Cut { controller_too } => {
+                self.note(format!(
+                    "broker {broker} cut off from the other brokers{} for {for_ms} ms",
                     if controller_too {
                         " and the controller"
                     } else {
                         ""
                     }
                 ));
-                let me = cluster
-                    .process_of(index)
-                    .expect("every broker is up between faults");
-                for peer in cluster.peers_of(index, controller_too) {
+                for peer in self.cluster.peers_of(index, controller_too) {
                     set_link(
-                        me,
+                        process,
                         peer,
                         Link {
                             extra_delay_us: 0,
@@ -700,82 +889,82 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
                         },
                     );
                 }
-                model.borrow_mut().report.link_faults += 1;
+                self.model.borrow_mut().report.link_faults += 1;
                 runtime::sleep(Duration::from_millis(for_ms)).await;
+                if !controller_too && for_ms > CUT_ISR_MS_MAX {
+                    self.check_cut_isr(broker, for_ms);
+                }
                 heal_all();
             }
-            12..=13 => {
-                // Every file operation (a follower's sync before it fetches
-                // again, a leader's group commit) takes this much longer.
-                let extra_us = 5_000 + sim::random_below(195_000);
-                model.borrow_mut().journal.note(format!(
-                    "{:?}: broker {broker}'s disk slowed by {} ms per operation for {for_ms} ms",
-                    sim::now(),
-                    extra_us / 1_000
-                ));
-                let process = cluster
-                    .process_of(index)
-                    .expect("every broker is up between faults");
-                sim::set_disk_latency(process, extra_us);
-                model.borrow_mut().report.slow_disks += 1;
-                runtime::sleep(Duration::from_millis(for_ms)).await;
-                sim::set_disk_latency(process, 0);
-            }
-            14..=15 => {
-                // Wall time only: timestamps, retention and producer expiry
-                // read it; timeouts and sessions must not.
-                let jump_ms = sim::random_below(600_000) as i64 + 1_000;
-                let jump_ms = if sim::random_below(2) == 0 {
-                    jump_ms
-                } else {
-                    -jump_ms
-                };
-                model.borrow_mut().journal.note(format!(
-                    "{:?}: broker {broker}'s wall clock jumps by {jump_ms} ms",
-                    sim::now()
-                ));
-                cluster.jump_clock(index, jump_ms);
-                model.borrow_mut().report.clock_jumps += 1;
-                runtime::sleep(Duration::from_millis(for_ms)).await;
-            }
-            _ => {
-                // Often past its session: the controller fences it and
-                // elects others while it still holds writes.
-                let for_ms = for_ms + 1_000;
-                model.borrow_mut().journal.note(format!(
-                    "{:?}: broker {broker} paused for {for_ms} ms",
-                    sim::now()
-                ));
-                let process = cluster
-                    .process_of(index)
-                    .expect("every broker is up between faults");
+            Fault::Pause => {
+                self.note(format!("broker {broker} paused for {for_ms} ms"));
                 sim::pause_process(process);
-                model.borrow_mut().report.pauses += 1;
+                self.model.borrow_mut().report.pauses += 1;
                 runtime::sleep(Duration::from_millis(for_ms)).await;
                 sim::resume_process(process);
             }
+            Fault::SlowDisk => {
+                // A follower's sync before it fetches again, a leader's
+                // group commit: every one of them this much slower.
+                let extra_us = 5_000 + sim::random_below(195_000);
+                self.note(format!(
+                    "broker {broker}'s disk slowed by {} ms per operation for {for_ms} ms",
+                    extra_us / 1_000
+                ));
+                sim::set_disk_latency(process, extra_us);
+                self.model.borrow_mut().report.slow_disks += 1;
+                runtime::sleep(Duration::from_millis(for_ms)).await;
+                sim::set_disk_latency(process, 0);
+            }
+            Fault::ClockJump { jump_ms } => {
+                // Wall time feeds timestamps, retention, expiry; replica lag,
+                // sessions and acks=all deadlines must not notice.
+                self.note(format!(
+                    "broker {broker}'s wall clock jumps by {jump_ms} ms"
+                ));
+                self.cluster.jump_clock(index, jump_ms);
+                self.model.borrow_mut().report.clock_jumps += 1;
+                runtime::sleep(Duration::from_millis(for_ms)).await;
+            }
+            Fault::Reset => {
+                // To the other brokers, the controller and the clients
+                // (process 0): a request may be applied with its answer lost.
+                let mut others = self.cluster.peers_of(index, true);
+                others.push(0);
+                let reset: usize = others
+                    .into_iter()
+                    .map(|other| reset_connections(process, other))
+                    .sum();
+                self.note(format!("broker {broker}'s {reset} connections reset"));
+                self.model.borrow_mut().report.connections_reset += reset as u64;
+                runtime::sleep(Duration::from_millis(for_ms)).await;
+            }
         }
     }
-    if options.leave_a_broker_down {
-        model
-            .borrow_mut()
-            .journal
-            .note(format!("{:?}: kill -9 of broker 1, left down", sim::now()));
-        cluster.kill(0);
+
+    /// At the end of a cut from the other brokers only (the controller still
+    /// reachable) that outlasted `CUT_ISR_MS_MAX`: no ISR holds the cut
+    /// broker together with another, since no one can be in sync across the
+    /// cut. A leader that cannot tell a follower stopped fetching (its lag
+    /// measured on a wall clock that jumped back) fails here.
+    fn check_cut_isr(&self, broker: usize, for_ms: u64) {
+        let cut = BrokerId(broker as u32);
+        let controller = self.cluster.control.controller.borrow();
+        let Some(topic) = controller.state.topic_by_name(TOPIC) else {
+            return;
+        };
+        let mut m = self.model.borrow_mut();
+        for (partition, state) in topic.partitions.iter().enumerate() {
+            if state.isr.contains(&cut) && state.isr.len() > 1 {
+                m.journal.violation(format!(
+                    "{:?}: partition {partition}'s ISR is {:?} (leader {:?}) after broker {broker} was cut off from the others for {for_ms} ms",
+                    sim::now(),
+                    state.isr,
+                    state.leader
+                ));
+            }
+        }
     }
-    let quiet_from = sim::now() + Duration::from_millis(SETTLE_GRACE_MS);
-    model.borrow_mut().quiet_from = Some(quiet_from);
-    model.borrow_mut().journal.note(format!(
-        "{:?}: faults over; settling, quiet from {quiet_from:?}",
-        sim::now()
-    ));
-    // The quiet period's checks, just before the run's end kills the cluster.
-    let check_at = options.run_ms().saturating_sub(QUIET_ANSWER_MS_MAX / 2);
-    if Duration::from_millis(check_at) > quiet_from + Duration::from_millis(QUIET_ANSWER_MS_MAX) {
-        runtime::sleep(Duration::from_millis(check_at).saturating_sub(sim::now())).await;
-        check_quiet(&cluster, &mut model.borrow_mut(), quiet_from);
-    }
-    std::future::pending::<()>().await;
 }
 
 /// At the end of the quiet period, with every broker up and no fault for a
@@ -784,7 +973,7 @@ async fn chaos_life(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>, options: Re
 /// took acks=all writes, and the controller counts every broker in every
 /// partition's ISR (a follower that cannot get back in is a stall waiting
 /// for the next fault).
-fn check_quiet(cluster: &Cluster, m: &mut Model, quiet_from: Duration) {
+fn check_quiet(cluster: &Cluster, m: &mut Model, chaos_end: Duration, quiet_from: Duration) {
     let now = sim::now();
     let late: Vec<(u64, i32, Duration)> = m
         .in_flight
@@ -814,10 +1003,9 @@ fn check_quiet(cluster: &Cluster, m: &mut Model, quiet_from: Duration) {
         let state = &topic.partitions[partition as usize];
         if state.isr.len() != brokers {
             m.journal.violation(format!(
-                "quiet period: partition {partition}'s ISR is {:?} (leader {:?}) at {now:?}, though all {brokers} brokers have been up with no fault since {:?}",
+                "quiet period: partition {partition}'s ISR is {:?} (leader {:?}) at {now:?}, though all {brokers} brokers have been up, with every link, disk and connection healthy, since {chaos_end:?} at the latest",
                 state.isr,
-                state.leader,
-                quiet_from.saturating_sub(Duration::from_millis(SETTLE_GRACE_MS))
+                state.leader
             ));
         }
     }
@@ -854,14 +1042,14 @@ async fn observe(cluster: Rc<Cluster>, model: Rc<RefCell<Model>>) {
                         m.leader_watermarks.remove(&at);
                         continue;
                     }
-                    let epoch = role.leader_epoch.0;
-                    let hw = replica.high_watermark.get();
-                    let leader = *m.epoch_leaders.entry((partition, epoch)).or_insert(slot.id);
-                    if leader != slot.id {
+                    let epoch = role.leader_epoch;
+                    let hw = Offset(replica.high_watermark.get());
+                    let me = BrokerId(slot.id);
+                    let leader = *m.epoch_leaders.entry((partition, epoch)).or_insert(me);
+                    if leader != me {
                         m.journal.violation(format!(
-                            "{:?}: brokers {leader} and {} both led partition {partition} at leader epoch {epoch}",
-                            sim::now(),
-                            slot.id
+                            "{:?}: brokers {leader} and {me} both led partition {partition} at leader epoch {epoch}",
+                            sim::now()
                         ));
                     }
                     if let Some((before_epoch, before_hw)) =
@@ -984,6 +1172,15 @@ async fn produce(
             return;
         };
         {
+            if outcome.error == ErrorCode::RequestTimedOut
+                && answered_ms < u128::from(PRODUCE_TIMEOUT_MS)
+            {
+                // The request's own timeout, measured on simulated
+                // (monotonic) time: earlier means a clock that jumped.
+                m.journal.violation(format!(
+                    "producer {producer}: tag {tag} (acks {acks}) to partition {partition} on broker {leader} timed out after {answered_ms} ms of its {PRODUCE_TIMEOUT_MS} ms"
+                ));
+            }
             if outcome.error != ErrorCode::None {
                 let line = format!(
                     "{:?}: producer {producer}: tag {tag} (acks {acks}) to partition {partition} on broker {leader}: {:?}",

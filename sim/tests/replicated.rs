@@ -3,9 +3,10 @@
 //! batch consumers were served through kills, pauses, slow and cut links,
 //! slow disks, clock jumps and a whole-cluster kill with power loss, and
 //! must take writes promptly with a full ISR once the faults are over, for a
-//! fixed range of seeds; a seed must replay exactly; and the checker must
-//! see acks=1 writes lost when they are counted as acks=all, and a broker
-//! left down in the quiet period (so a pass means something).
+//! fixed range of seeds; a seed must replay exactly; wall-clock jumps during
+//! cuts must move neither the ISR nor acks=all deadlines; and the checker
+//! must see acks=1 writes lost when they are counted as acks=all, and a
+//! broker left down in the quiet period (so a pass means something).
 
 use sim::replicated::{run, ReplicatedOptions};
 
@@ -25,15 +26,24 @@ fn replicated_seeds_pass() {
         match run(seed, &options) {
             Ok(report) => {
                 assert!(report.acked_all > 0, "seed {seed} acknowledged nothing");
+                assert!(
+                    report.quiet_answers > 0,
+                    "seed {seed} answered nothing in its quiet period"
+                );
                 acked_all += report.acked_all;
-                faults += report.kills + report.link_faults;
+                faults += report.kills
+                    + report.link_faults
+                    + report.pauses
+                    + report.slow_disks
+                    + report.clock_jumps
+                    + report.connections_reset;
                 read_back += report.records_read_back;
             }
             Err(failure) => failures.push(failure.to_string()),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    assert!(faults > 0, "no seed killed or cut off a broker");
+    assert!(faults > 0, "no seed had a fault");
     assert!(read_back > 0, "nothing was read back");
     assert!(
         acked_all > seeds * 500,
@@ -58,6 +68,19 @@ fn the_checker_sees_acks_one_writes_lost_when_counted_as_acks_all() {
     let caught = (0..12).find_map(|seed| run(seed, &options).err());
     let failure = caught.expect("a failover loses acks=1 records");
     assert!(failure.violation.contains("acks=all"), "{failure}");
+}
+
+#[test]
+fn wall_clock_jumps_move_neither_the_isr_nor_acks_all_deadlines() {
+    let options = ReplicatedOptions {
+        wall_clock_jumps_during_cuts: true,
+        ..ReplicatedOptions::default()
+    };
+    for seed in 0..3 {
+        if let Err(failure) = run(seed, &options) {
+            panic!("{failure}");
+        }
+    }
 }
 
 #[test]

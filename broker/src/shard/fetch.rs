@@ -139,7 +139,7 @@ impl Shard {
             .brokers
             .get(&f.broker_id)
             .map(|b| b.epoch);
-        let now_ms = self.clock.now_ms().max(0) as u64;
+        let now_ms = self.monotonic_ms();
         let verdict = replica
             .core
             .borrow_mut()

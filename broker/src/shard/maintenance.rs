@@ -19,7 +19,7 @@ impl Shard {
     /// A leader's ISR check: asks the controller (through shard 0) for the
     /// ISR its followers' progress calls for, one request at a time.
     pub(super) fn check_isr(self: &Rc<Self>, key: &PartitionKey, replica: &Rc<Replica>) {
-        let now_ms = self.clock.now_ms().max(0) as u64;
+        let now_ms = self.monotonic_ms();
         let change = replica.core.borrow_mut().isr_change(
             now_ms,
             self.config.replica_lag_time_max_ms,

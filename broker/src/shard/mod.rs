@@ -195,6 +195,14 @@ impl Shard {
         &self.clock
     }
 
+    /// Milliseconds on the monotonic clock, for a follower's lag and an
+    /// acks=all deadline: a wall-clock jump back would otherwise keep a dead
+    /// follower in the ISR (stalling acks=all) for as long as the jump, and
+    /// one forward would time out every waiting write and empty the ISR.
+    pub(super) fn monotonic_ms(&self) -> u64 {
+        u64::try_from(self.clock.monotonic().as_millis()).unwrap_or(u64::MAX)
+    }
+
     pub fn config(&self) -> &Rc<BrokerConfig> {
         &self.config
     }

@@ -231,7 +231,7 @@ impl Shard {
         timeout_ms: u64,
     ) -> Result<(), OpError> {
         use crate::replication::ack::AckDecision;
-        let deadline = self.clock.now_ms().saturating_add(timeout_ms as i64);
+        let deadline_ms = self.monotonic_ms().saturating_add(timeout_ms);
         loop {
             let decision = replica.core.borrow().ack(
                 leader_epoch,
@@ -264,8 +264,8 @@ impl Shard {
                 }
                 AckDecision::Wait => {}
             }
-            let now_ms = self.clock.now_ms();
-            if now_ms >= deadline {
+            let now_ms = self.monotonic_ms();
+            if now_ms >= deadline_ms {
                 return Err(OpError::new(
                     ErrorCode::RequestTimedOut,
                     format!(
@@ -276,7 +276,7 @@ impl Shard {
                     ),
                 ));
             }
-            let wait_ms = (deadline - now_ms).clamp(1, ISR_CHECK_MS as i64) as u64;
+            let wait_ms = (deadline_ms - now_ms).clamp(1, ISR_CHECK_MS);
             let version = replica.role_version.get();
             runtime::timeout(
                 Duration::from_millis(wait_ms),

@@ -158,7 +158,7 @@ impl Shard {
     pub(super) fn set_role(&self, key: &PartitionKey, replica: &Replica, role: Role) {
         let old = replica.role().clone();
         let end = replica.log.log_end_offset();
-        let now_ms = self.clock.now_ms().max(0) as u64;
+        let now_ms = self.monotonic_ms();
         let hw = Offset(replica.high_watermark.get());
         let applied = replica
             .core

@@ -33,6 +33,9 @@ enum Change {
 #[derive(Debug)]
 struct FileState {
     file: File,
+    /// The path it was first opened by (a power loss of one directory tree,
+    /// `power_loss_under`, picks its files by it).
+    path: PathBuf,
     /// Changes since the last sync, oldest first, each with the sequence
     /// number it completed at.
     unsynced: Vec<(u64, Change)>,
@@ -259,6 +262,18 @@ impl SimDisk {
     /// `seed`. A sync covers what completed before it was issued, so what
     /// remains is a state the real disk could be in.
     pub fn power_loss(&self, seed: u64) -> io::Result<PowerLoss> {
+        self.power_loss_where(seed, None)
+    }
+
+    /// A power loss of the files and directories under `root` only, as of
+    /// one machine among several sharing this simulated disk: its processes
+    /// must be gone (killed) before, and everything else goes on.
+    pub fn power_loss_under(&self, seed: u64, root: &Path) -> io::Result<PowerLoss> {
+        self.power_loss_where(seed, Some(root))
+    }
+
+    fn power_loss_where(&self, seed: u64, under: Option<&Path>) -> io::Result<PowerLoss> {
+        let inside = |path: &Path| under.is_none_or(|root| path.starts_with(root));
         let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         let mut draw = |bound: u64| {
             rng ^= rng >> 12;
@@ -267,10 +282,14 @@ impl SimDisk {
             rng.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound.max(1)
         };
         let mut report = PowerLoss::default();
-        let mut files: Vec<Rc<RefCell<FileState>>> =
-            std::mem::take(&mut self.state.borrow_mut().files)
-                .into_values()
-                .collect();
+        let mut files: Vec<Rc<RefCell<FileState>>> = {
+            let mut state = self.state.borrow_mut();
+            let (hit, spared): (BTreeMap<_, _>, BTreeMap<_, _>) = std::mem::take(&mut state.files)
+                .into_iter()
+                .partition(|(_, f)| inside(&f.borrow().path));
+            state.files = spared;
+            hit.into_values().collect()
+        };
         // In the order their first unsynced change completed, not by inode
         // number (which the host's file system picks), so the draws fall on
         // the same files every time a seed runs.
@@ -332,6 +351,9 @@ impl SimDisk {
         let state = self.state.borrow();
         if let Some(namespace) = state.namespace.as_ref() {
             for dir in namespace.directories()? {
+                if !inside(&dir) {
+                    continue;
+                }
                 if draw(2) == 0 {
                     let names = namespace.revert(&dir)?;
                     if names > 0 {
@@ -344,7 +366,7 @@ impl SimDisk {
         Ok(report)
     }
 
-    fn register(&self, file: File) -> io::Result<Rc<RefCell<FileState>>> {
+    fn register(&self, file: File, path: &Path) -> io::Result<Rc<RefCell<FileState>>> {
         let inode = file.metadata()?.ino();
         let mut state = self.state.borrow_mut();
         let entry = state
@@ -353,6 +375,7 @@ impl SimDisk {
             .or_insert_with(|| {
                 Rc::new(RefCell::new(FileState {
                     file,
+                    path: path.to_path_buf(),
                     unsynced: Vec::new(),
                 }))
             })
@@ -392,7 +415,7 @@ impl SimFile {
             .write(write)
             .create_new(create_new)
             .open(path)?;
-        let state = current().disk.register(file)?;
+        let state = current().disk.register(file, path)?;
         Ok(SimFile {
             state,
             writable: write,
@@ -534,6 +557,46 @@ mod tests {
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_power_loss_under_one_directory_spares_the_others() {
+        let root = scratch("under");
+        let (mut hit_lost, mut spared_lost) = (0, 0);
+        for seed in 0..32 {
+            clean(&root);
+            let disk = SimDisk::new();
+            let data = root.join("data");
+            disk.watch(&data, &root.with_extension("shadow")).unwrap();
+            let (a, b) = (data.join("a"), data.join("b"));
+            std::fs::create_dir_all(&a).unwrap();
+            std::fs::create_dir_all(&b).unwrap();
+            sync_dir(&data);
+            let (pa, pb) = (a.join("f"), b.join("f"));
+            run(&SimConfig::new(seed), &disk, None, async move {
+                for path in [pa, pb] {
+                    let file = SimFile::open(&path, true, true).await.unwrap();
+                    file.fdatasync().await.unwrap();
+                    sync_dir(path.parent().unwrap());
+                    file.write_at(&[7u8; 4096], 0).await.unwrap();
+                }
+            })
+            .unwrap();
+            disk.power_loss_under(seed, &a).unwrap();
+            let size = |path: &Path| std::fs::metadata(path).unwrap().len();
+            if size(&a.join("f")) < 4096 {
+                hit_lost += 1;
+            }
+            if size(&b.join("f")) < 4096 {
+                spared_lost += 1;
+            }
+            // What was spared is still unsynced: a later power loss of the
+            // whole disk may still take it.
+            disk.power_loss(seed).unwrap();
+        }
+        assert!(hit_lost > 0, "the unsynced write under `a` always survived");
+        assert_eq!(spared_lost, 0, "a write under `b` was lost");
+        clean(&root);
     }
 
     /// Runs `body` under a simulation over a disk watching `root`, then cuts

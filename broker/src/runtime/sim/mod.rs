@@ -114,7 +114,7 @@ struct Executor {
     parked: RefCell<Vec<usize>>,
     /// Processes whose disk is slow (`set_disk_latency`): the extra
     /// microseconds each of their file operations takes.
-    slow_disks: RefCell<BTreeMap<u32, u64>>,
+    disk_latency_extra_us: RefCell<BTreeMap<u32, u64>>,
     tearing_down: Cell<bool>,
     now_ns: Cell<u64>,
     timers: RefCell<BTreeMap<(u64, u64), Waker>>,
@@ -335,7 +335,7 @@ pub fn run<T: 'static>(
         polling_process: Cell::new(0),
         paused: RefCell::new(std::collections::BTreeSet::new()),
         parked: RefCell::new(Vec::new()),
-        slow_disks: RefCell::new(BTreeMap::new()),
+        disk_latency_extra_us: RefCell::new(BTreeMap::new()),
         tearing_down: Cell::new(false),
         now_ns: Cell::new(0),
         timers: RefCell::new(BTreeMap::new()),
@@ -715,13 +715,13 @@ pub(crate) async fn yield_now() {
     .await
 }
 
-/// Waits a drawn I/O latency.
-/// Makes every file operation of `process` (open, read, write, sync,
-/// truncate) take `extra_us` longer, as a disk that turned slow or a device
-/// queue that filled up; 0 makes it normal again.
+/// Makes every direct-I/O file operation of `process` (open, read, write,
+/// sync, truncate; not the blocking `std::fs` work) take `extra_us` longer,
+/// as a disk that turned slow or a device queue that filled up; 0 makes it
+/// normal again.
 pub fn set_disk_latency(process: u32, extra_us: u64) {
     let executor = current();
-    let mut slow = executor.slow_disks.borrow_mut();
+    let mut slow = executor.disk_latency_extra_us.borrow_mut();
     if extra_us == 0 {
         slow.remove(&process);
     } else {
@@ -729,11 +729,12 @@ pub fn set_disk_latency(process: u32, extra_us: u64) {
     }
 }
 
+/// Waits a drawn I/O latency, plus the polling process's extra one.
 async fn io_delay() {
     let executor = current();
     let max_ns = executor.config.io_latency_us_max * 1_000;
     let extra_ns = executor
-        .slow_disks
+        .disk_latency_extra_us
         .borrow()
         .get(&executor.polling_process.get())
         .map_or(0, |us| us * 1_000);

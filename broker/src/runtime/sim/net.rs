@@ -8,7 +8,11 @@
 //! reader after the bytes before it. Everything lives in the executor, so a
 //! run's end (a kill -9) takes every listener and connection with it. Links
 //! between simulated processes can be slowed or cut (`set_link`): a cut
-//! holds every byte until it heals, as TCP's retransmissions would.
+//! holds every byte until it heals, as TCP's retransmissions would. The
+//! connections between two processes can be reset (`reset_connections`):
+//! what was in flight is lost and both ends get `ConnectionReset`, as after a
+//! middlebox drops the flow or a peer sends RST; that is how TCP loses
+//! messages, so a request may have been applied without its answer arriving.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -38,6 +42,9 @@ pub(super) struct SimNet {
     next_port: Cell<u16>,
     /// By (lower process, higher process): both directions alike.
     links: RefCell<std::collections::BTreeMap<(u32, u32), Link>>,
+    /// Every pipe made, for `reset_connections`; dropped ones are pruned at
+    /// each connect.
+    pipes: RefCell<Vec<std::rc::Weak<Pipe>>>,
 }
 
 /// A link's faults.
@@ -68,6 +75,27 @@ pub fn set_link(a: u32, b: u32, link: Link) {
 /// Heals every link.
 pub fn heal_all() {
     current().net.links.borrow_mut().clear();
+}
+
+/// Resets every open connection between processes `a` and `b`: bytes in
+/// flight or unread are lost, and each end's next read or write fails with
+/// `ConnectionReset`. How many connections were reset.
+pub fn reset_connections(a: u32, b: u32) -> usize {
+    let executor = current();
+    let pipes: Vec<Rc<Pipe>> = executor
+        .net
+        .pipes
+        .borrow()
+        .iter()
+        .filter_map(std::rc::Weak::upgrade)
+        .filter(|p| link_key(p.writer_process, p.reader_process) == link_key(a, b))
+        .collect();
+    drop(executor);
+    for pipe in &pipes {
+        pipe.reset();
+    }
+    // Two pipes per connection.
+    pipes.len() / 2
 }
 
 fn link(a: u32, b: u32) -> Link {
@@ -113,9 +141,29 @@ struct Pipe {
     last_delivery_ns: Cell<u64>,
     reader: RefCell<Option<Waker>>,
     writer: RefCell<Option<Waker>>,
+    /// Reset (`reset_connections`): both ends fail from now on.
+    reset: Cell<bool>,
+}
+
+fn reset_error() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionReset,
+        "the simulated connection was reset",
+    )
 }
 
 impl Pipe {
+    fn reset(&self) {
+        self.reset.set(true);
+        self.in_flight.borrow_mut().clear();
+        self.in_flight_bytes.set(0);
+        self.arrived.borrow_mut().clear();
+        if let Some(waker) = self.reader.borrow_mut().take() {
+            waker.wake();
+        }
+        self.wake_writer();
+    }
+
     fn queued_bytes(&self) -> usize {
         self.in_flight_bytes.get() + self.arrived.borrow().len()
     }
@@ -216,6 +264,9 @@ impl std::fmt::Debug for SimWriteHalf {
 
 impl SimReadHalf {
     pub fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        if self.pipe.reset.get() {
+            return Poll::Ready(Err(reset_error()));
+        }
         let available = self.pipe.arrived.borrow().len();
         if available > 0 && !buf.is_empty() {
             let most = available.min(buf.len());
@@ -247,6 +298,9 @@ impl Drop for SimReadHalf {
 
 impl SimWriteHalf {
     pub fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.pipe.reset.get() {
+            return Poll::Ready(Err(reset_error()));
+        }
         // Across a cut link the writer cannot know the reader is gone: its
         // bytes go into the network and are lost there.
         let cut = link(self.pipe.writer_process, self.pipe.reader_process).cut;
@@ -281,7 +335,7 @@ impl SimWriteHalf {
     }
 
     fn close(&mut self) {
-        if !self.pipe.closed.replace(true) {
+        if !self.pipe.closed.replace(true) && !self.pipe.reset.get() {
             self.pipe.send(Chunk::Eof);
         }
     }
@@ -417,6 +471,12 @@ pub async fn connect(addr: SocketAddr) -> io::Result<(SimReadHalf, SimWriteHalf)
         reader_process: client,
         ..Pipe::default()
     });
+    {
+        let mut pipes = executor.net.pipes.borrow_mut();
+        pipes.retain(|p| p.strong_count() > 0);
+        pipes.push(Rc::downgrade(&to_server));
+        pipes.push(Rc::downgrade(&to_client));
+    }
     listener.backlog.borrow_mut().push_back((
         SimReadHalf {
             pipe: to_server.clone(),
@@ -510,6 +570,45 @@ mod tests {
             let arrived = server.await;
             drop(client);
             assert!(arrived >= Duration::from_millis(500), "{arrived:?}");
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_reset_fails_both_ends_of_the_connections_between_two_processes_only() {
+        run(&SimConfig::new(7), &SimDisk::new(), None, async {
+            let server = crate::runtime::sim::spawn_process(1, async {
+                let listener = Listener::bind(addr()).unwrap();
+                let mut accepted = Vec::new();
+                for _ in 0..3 {
+                    accepted.push(listener.accept().await.unwrap());
+                }
+                std::future::pending::<()>().await;
+                drop(accepted);
+            });
+            let dial = || async {
+                crate::runtime::sleep(Duration::from_millis(1)).await;
+                connect(addr(), Duration::from_secs(1)).await.unwrap()
+            };
+            let (mine, mine_too) =
+                crate::runtime::sim::spawn_process(2, async move { (dial().await, dial().await) })
+                    .await;
+            let mut other = crate::runtime::sim::spawn_process(3, dial()).await;
+            crate::runtime::sleep(Duration::from_millis(5)).await;
+            assert_eq!(reset_connections(2, 1), 2);
+            for (mut read, mut write) in [mine, mine_too] {
+                let mut byte = [0u8; 1];
+                let read_error = read.read(&mut byte).await.unwrap_err();
+                assert_eq!(read_error.kind(), io::ErrorKind::ConnectionReset);
+                let write_error = write.write_all(&[1]).await.unwrap_err();
+                assert_eq!(write_error.kind(), io::ErrorKind::ConnectionReset);
+            }
+            other
+                .1
+                .write_all(&[1])
+                .await
+                .expect("another process's connection stays up");
+            drop(server);
         })
         .unwrap();
     }
