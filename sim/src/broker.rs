@@ -101,7 +101,9 @@ pub struct SimBroker {
     /// One per partition of the topic; they survive crashes.
     pub disks: Vec<Disk>,
     pub live: Option<Live>,
-    /// This broker's wall clock minus simulated time.
+    /// This broker's wall clock minus simulated time. Its replication reads
+    /// monotonic (simulated) time only, as the shard's does, so a jump
+    /// must change nothing it decides.
     pub clock_skew_ms: i64,
     /// Syncs take this long (a stalled disk) until `slow_until_ms`.
     pub slow_sync_ms: u64,
@@ -160,11 +162,6 @@ impl SimBroker {
             delay_ms,
             timer: Timer::Broker(self.id, self.incarnation().expect("running"), timer),
         });
-    }
-
-    /// Wall-clock milliseconds as this broker reads them.
-    fn now_ms(&self, sim_ms: u64) -> u64 {
-        (sim_ms as i64 + self.clock_skew_ms).max(0) as u64
     }
 
     /// A new process starts: it registers with a fresh incarnation id.
@@ -454,7 +451,8 @@ impl SimBroker {
 
     /// As `Shard::set_role`.
     fn set_role(&mut self, sim_ms: u64, p: u32, role: Role, out: &mut Out) {
-        let now_ms = self.now_ms(sim_ms);
+        // Monotonic, as the shard's `monotonic_ms`: skew moves wall time only.
+        let now_ms = sim_ms;
         let end = self.disks[p as usize].log_end();
         let replica = self.live().replicas.get_mut(&p).expect("opened");
         let hw = replica.high_watermark;
@@ -713,7 +711,8 @@ impl SimBroker {
         offset: i64,
         out: &mut Out,
     ) {
-        let now_ms = self.now_ms(sim_ms);
+        // Monotonic, as the shard's `monotonic_ms`: skew moves wall time only.
+        let now_ms = sim_ms;
         let end = self.disks[p as usize].log_end();
         let refuse = |out: &mut Out, error| {
             out.send(
@@ -993,16 +992,22 @@ impl SimBroker {
     /// As `Shard::check_isr`.
     fn check_isr(&mut self, sim_ms: u64, p: u32, out: &mut Out) {
         let me = self.id;
-        let now_ms = self.now_ms(sim_ms);
+        // Monotonic, as the shard's `monotonic_ms`: skew moves wall time only.
+        let now_ms = sim_ms;
         let live = self.live.as_mut().expect("running");
+        let ineligible = broker::shard::ineligible_for_isr(
+            &live.view,
+            &live.replicas.get(&p).expect("opened").core.role().replicas,
+        );
         let my_epoch = live.broker_epoch;
         let replica = live.replicas.get_mut(&p).expect("opened");
         let from = replica.core.role().isr.clone();
-        let Some(change) =
-            replica
-                .core
-                .isr_change(now_ms, REPLICA_LAG_TIME_MAX_MS, BrokerEpoch(my_epoch))
-        else {
+        let Some(change) = replica.core.isr_change(
+            now_ms,
+            REPLICA_LAG_TIME_MAX_MS,
+            BrokerEpoch(my_epoch),
+            &ineligible,
+        ) else {
             return;
         };
         let request = protocol::control::messages::AlterIsr {

@@ -82,6 +82,10 @@ struct Args {
     /// forward.
     #[arg(long)]
     wall_clock_jumps_during_cuts: bool,
+    /// Replicated simulation: instead of drawn faults, a broker fenced while
+    /// it still fetches, then another cut off from the brokers.
+    #[arg(long)]
+    fenced_follower_during_cut: bool,
 }
 
 fn main() -> ExitCode {
@@ -279,6 +283,7 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
         acks_all_sent_as_acks_one: args.acks_all_sent_as_acks_one,
         leave_a_broker_down: args.leave_a_broker_down,
         wall_clock_jumps_during_cuts: args.wall_clock_jumps_during_cuts,
+        fenced_follower_during_cut: args.fenced_follower_during_cut,
         trace: args.trace,
         ..default
     };

@@ -105,6 +105,11 @@ pub struct ReplicatedOptions {
     /// another while every clock jumps forward (acks=all deadlines on the
     /// wall clock time out at once).
     pub wall_clock_jumps_during_cuts: bool,
+    /// Instead of drawn faults: a broker fenced (cut off from the
+    /// controller alone) while it still fetches, then another cut off from
+    /// the brokers (a leader that asks to take the fenced one back into the
+    /// ISR is refused, and so never drops the cut one).
+    pub fenced_follower_during_cut: bool,
 }
 
 impl ReplicatedOptions {
@@ -139,6 +144,9 @@ impl ReplicatedOptions {
         if self.wall_clock_jumps_during_cuts {
             flags += " --wall-clock-jumps-during-cuts";
         }
+        if self.fenced_follower_during_cut {
+            flags += " --fenced-follower-during-cut";
+        }
         flags
     }
 }
@@ -155,6 +163,7 @@ impl Default for ReplicatedOptions {
             acks_all_sent_as_acks_one: false,
             leave_a_broker_down: false,
             wall_clock_jumps_during_cuts: false,
+            fenced_follower_during_cut: false,
         }
     }
 }
@@ -290,6 +299,16 @@ impl Cluster {
             sim::kill_process(running.process);
             running.task.detach();
         }
+    }
+
+    /// Each partition's leader epoch, as the controller has it.
+    fn leader_epochs(&self) -> Vec<LeaderEpoch> {
+        let controller = self.control.controller.borrow();
+        controller
+            .state
+            .topic_by_name(TOPIC)
+            .map(|topic| topic.partitions.iter().map(|p| p.leader_epoch).collect())
+            .unwrap_or_default()
     }
 
     /// Running brokers whose shard holds a replica of every partition.
@@ -690,6 +709,8 @@ async fn chaos_life(
     });
     if options.wall_clock_jumps_during_cuts {
         clock_jumps_during_cuts(faults, brokers).await;
+    } else if options.fenced_follower_during_cut {
+        fenced_follower_during_cut(&faults).await;
     } else {
         drawn_faults(&faults, brokers, chaos_end).await;
     }
@@ -733,6 +754,36 @@ async fn clock_jumps_during_cuts(faults: Rc<Faults>, brokers: usize) {
         faults.apply(cut, index, CUT_ISR_MS_MAX + 1_000).await;
         jumps.await;
     }
+}
+
+/// The scripted faults of `fenced_follower_during_cut`: broker 2 cut off
+/// from the controller alone (so fenced and out of every ISR, yet still
+/// fetching and caught up), then broker 1 cut off from the other brokers.
+/// Where broker 3 leads, dropping broker 1 must not wait for broker 2.
+async fn fenced_follower_during_cut(faults: &Faults) {
+    runtime::sleep(Duration::from_millis(1_000)).await;
+    let fenced = faults
+        .cluster
+        .process_of(1)
+        .expect("every broker is up between faults");
+    faults.note("broker 2 cut off from the controller alone until the next cut heals".to_string());
+    set_link(
+        fenced,
+        CONTROLLER_PROCESS,
+        Link {
+            extra_delay_us: 0,
+            cut: true,
+        },
+    );
+    // Past its session, and the ISRs without it.
+    runtime::sleep(Duration::from_millis(
+        control_server::SESSION_TIMEOUT_MS + 1_000,
+    ))
+    .await;
+    let cut = Fault::Cut {
+        controller_too: false,
+    };
+    faults.apply(cut, 0, CUT_ISR_MS_MAX + 1_000).await;
 }
 
 /// Drawn faults, one at a time, each undone 1.5 s before `chaos_end` at the
@@ -890,9 +941,10 @@ impl Faults {
                     );
                 }
                 self.model.borrow_mut().report.link_faults += 1;
+                let epochs_before = self.cluster.leader_epochs();
                 runtime::sleep(Duration::from_millis(for_ms)).await;
                 if !controller_too && for_ms > CUT_ISR_MS_MAX {
-                    self.check_cut_isr(broker, for_ms);
+                    self.check_cut_isr(broker, for_ms, &epochs_before);
                 }
                 heal_all();
             }
@@ -947,7 +999,9 @@ impl Faults {
     /// broker together with another, since no one can be in sync across the
     /// cut. A leader that cannot tell a follower stopped fetching (its lag
     /// measured on a wall clock that jumped back) fails here.
-    fn check_cut_isr(&self, broker: usize, for_ms: u64) {
+    /// Partitions whose leader changed during the cut are skipped: a new
+    /// leader counts every follower caught up when it starts.
+    fn check_cut_isr(&self, broker: usize, for_ms: u64, epochs_before: &[LeaderEpoch]) {
         let cut = BrokerId(broker as u32);
         let controller = self.cluster.control.controller.borrow();
         let Some(topic) = controller.state.topic_by_name(TOPIC) else {
@@ -955,6 +1009,9 @@ impl Faults {
         };
         let mut m = self.model.borrow_mut();
         for (partition, state) in topic.partitions.iter().enumerate() {
+            if epochs_before.get(partition) != Some(&state.leader_epoch) {
+                continue;
+            }
             if state.isr.contains(&cut) && state.isr.len() > 1 {
                 m.journal.violation(format!(
                     "{:?}: partition {partition}'s ISR is {:?} (leader {:?}) after broker {broker} was cut off from the others for {for_ms} ms",

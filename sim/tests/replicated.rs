@@ -1,10 +1,12 @@
 //! The replicated simulation in CI: three real brokers replicating over the
 //! simulated network must keep every acks=all acknowledgement and every
-//! batch consumers were served through kills, pauses, slow and cut links,
-//! slow disks, clock jumps and a whole-cluster kill with power loss, and
+//! batch consumers were served through kills (some with a power loss of
+//! that broker alone), pauses, slow and cut links, connection resets, slow
+//! disks, clock jumps and a whole-cluster kill with power loss, and
 //! must take writes promptly with a full ISR once the faults are over, for a
 //! fixed range of seeds; a seed must replay exactly; wall-clock jumps during
-//! cuts must move neither the ISR nor acks=all deadlines; and the checker
+//! cuts must move neither the ISR nor acks=all deadlines, and a fenced
+//! follower must not keep a cut-off one in the ISR; and the checker
 //! must see acks=1 writes lost when they are counted as acks=all, and a
 //! broker left down in the quiet period (so a pass means something).
 
@@ -74,6 +76,19 @@ fn the_checker_sees_acks_one_writes_lost_when_counted_as_acks_all() {
 fn wall_clock_jumps_move_neither_the_isr_nor_acks_all_deadlines() {
     let options = ReplicatedOptions {
         wall_clock_jumps_during_cuts: true,
+        ..ReplicatedOptions::default()
+    };
+    for seed in 0..3 {
+        if let Err(failure) = run(seed, &options) {
+            panic!("{failure}");
+        }
+    }
+}
+
+#[test]
+fn a_fenced_follower_does_not_keep_a_cut_off_one_in_the_isr() {
+    let options = ReplicatedOptions {
+        fenced_follower_during_cut: true,
         ..ReplicatedOptions::default()
     };
     for seed in 0..3 {

@@ -10,7 +10,7 @@
 //! only up to its own stable offset; so the high watermark, the minimum over
 //! the ISR, passes a record only once every in-sync replica holds it stably.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use protocol::{BrokerEpoch, BrokerId, ErrorCode, LeaderEpoch, Offset};
 
@@ -207,27 +207,32 @@ impl LeaderState {
 
     /// The ISR to ask for, if it should change: members that have not caught
     /// up within `lag_max_ms` leave; followers that reached the high
-    /// watermark (and the start of this leadership's epoch) join.
+    /// watermark (and the start of this leadership's epoch) join. Brokers in
+    /// `ineligible` (fenced or unknown in this leader's metadata) neither
+    /// stay nor join: the controller refuses an ISR naming one, so asking
+    /// for it would also keep every lagging member in (KIP-841).
     pub fn desired_isr(
         &self,
         isr: &[BrokerId],
         epoch_start: Offset,
         now_ms: u64,
         lag_max_ms: u64,
+        ineligible: &BTreeSet<BrokerId>,
     ) -> Option<Vec<BrokerId>> {
-        let mut next: Vec<BrokerId> = isr
-            .iter()
-            .copied()
-            .filter(|&m| {
-                m == self.me
-                    || self
-                        .followers
-                        .get(&m)
-                        .is_some_and(|p| now_ms.saturating_sub(p.caught_up_ms) <= lag_max_ms)
-            })
-            .collect();
+        let mut next: Vec<BrokerId> =
+            isr.iter()
+                .copied()
+                .filter(|&m| {
+                    m == self.me
+                        || (!ineligible.contains(&m)
+                            && self.followers.get(&m).is_some_and(|p| {
+                                now_ms.saturating_sub(p.caught_up_ms) <= lag_max_ms
+                            }))
+                })
+                .collect();
         for (&follower, progress) in &self.followers {
-            let caught_up = now_ms.saturating_sub(progress.caught_up_ms) <= lag_max_ms
+            let caught_up = !ineligible.contains(&follower)
+                && now_ms.saturating_sub(progress.caught_up_ms) <= lag_max_ms
                 && progress
                     .log_end
                     .is_some_and(|end| end >= self.high_watermark && end >= epoch_start);
@@ -311,7 +316,10 @@ mod tests {
         let isr = b(&[1, 2, 3]);
         leader.on_fetch(BrokerId(2), BrokerEpoch(1), o(0), o(0), 100);
         leader.on_fetch(BrokerId(3), BrokerEpoch(1), o(0), o(0), 100);
-        assert_eq!(leader.desired_isr(&isr, o(0), 900, lag_max_ms), None);
+        assert_eq!(
+            leader.desired_isr(&isr, o(0), 900, lag_max_ms, &BTreeSet::new()),
+            None
+        );
         // 2 keeps fetching and keeps up while the leader appends; 3 stops.
         for t in 1..20u64 {
             let leader_end = (t * 10) as i64;
@@ -324,7 +332,7 @@ mod tests {
             );
         }
         assert_eq!(
-            leader.desired_isr(&isr, o(0), 2_000, lag_max_ms),
+            leader.desired_isr(&isr, o(0), 2_000, lag_max_ms, &BTreeSet::new()),
             Some(b(&[1, 2])),
             "3 lagged past the bound; 2 never did although never at the very end"
         );
@@ -332,14 +340,50 @@ mod tests {
         leader.update_high_watermark(&isr, o(190));
         // 3 returns but is behind the high watermark: not yet.
         leader.on_fetch(BrokerId(3), BrokerEpoch(1), o(50), o(190), 2_100);
-        assert_eq!(leader.desired_isr(&isr, o(0), 2_100, lag_max_ms), None);
+        assert_eq!(
+            leader.desired_isr(&isr, o(0), 2_100, lag_max_ms, &BTreeSet::new()),
+            None
+        );
         leader.on_fetch(BrokerId(3), BrokerEpoch(1), o(190), o(190), 2_200);
         assert_eq!(
-            leader.desired_isr(&isr, o(0), 2_200, lag_max_ms),
+            leader.desired_isr(&isr, o(0), 2_200, lag_max_ms, &BTreeSet::new()),
             Some(b(&[1, 2, 3]))
         );
         // Not before it reached the start of this leader's epoch.
-        assert_eq!(leader.desired_isr(&isr, o(500), 2_200, lag_max_ms), None);
+        assert_eq!(
+            leader.desired_isr(&isr, o(500), 2_200, lag_max_ms, &BTreeSet::new()),
+            None
+        );
+    }
+
+    /// KIP-841: a fenced follower, even caught up, neither joins nor stays,
+    /// so the change that drops a lagging member is one the controller
+    /// takes.
+    #[test]
+    fn a_fenced_follower_neither_joins_nor_holds_back_a_shrink() {
+        let lag_max_ms = 1_000;
+        let mut leader = LeaderState::new(BrokerId(1), &b(&[1, 2, 3]), o(0), 0);
+        let isr = b(&[1, 2]);
+        // 3 keeps fetching and is caught up, but fenced; 2 stopped.
+        for t in 1..20u64 {
+            leader.on_fetch(BrokerId(3), BrokerEpoch(1), o(0), o(0), t * 100);
+        }
+        let fenced = BTreeSet::from([BrokerId(3)]);
+        assert_eq!(
+            leader.desired_isr(&isr, o(0), 2_000, lag_max_ms, &fenced),
+            Some(b(&[1])),
+            "2 leaves; 3 does not join while fenced"
+        );
+        assert_eq!(
+            leader.desired_isr(&isr, o(0), 2_000, lag_max_ms, &BTreeSet::new()),
+            Some(b(&[1, 3])),
+            "unfenced, 3 joins"
+        );
+        assert_eq!(
+            leader.desired_isr(&b(&[1, 3]), o(0), 2_000, lag_max_ms, &fenced),
+            Some(b(&[1])),
+            "a member fenced since leaves too"
+        );
     }
 
     /// KIP-903: a follower that restarted (a new broker epoch) starts over;
@@ -353,7 +397,7 @@ mod tests {
         assert_eq!(leader.update_high_watermark(&b(&[1, 2]), o(100)), o(100));
         // 2 left the ISR (say it was fenced), then restarted with epoch 9.
         assert_eq!(
-            leader.desired_isr(&b(&[1]), o(0), 20, lag_max_ms),
+            leader.desired_isr(&b(&[1]), o(0), 20, lag_max_ms, &BTreeSet::new()),
             Some(b(&[1, 2])),
             "caught up before the restart"
         );
@@ -362,7 +406,7 @@ mod tests {
             FetchAccepted::Accepted
         );
         assert_eq!(
-            leader.desired_isr(&b(&[1]), o(0), 40, lag_max_ms),
+            leader.desired_isr(&b(&[1]), o(0), 40, lag_max_ms, &BTreeSet::new()),
             None,
             "its new incarnation is behind the high watermark"
         );
@@ -374,7 +418,7 @@ mod tests {
         assert_eq!(leader.follower_log_end(BrokerId(2)), Some(o(40)));
         leader.on_fetch(BrokerId(2), BrokerEpoch(9), o(100), o(100), 60);
         assert_eq!(
-            leader.desired_isr(&b(&[1]), o(0), 60, lag_max_ms),
+            leader.desired_isr(&b(&[1]), o(0), 60, lag_max_ms, &BTreeSet::new()),
             Some(b(&[1, 2]))
         );
         assert_eq!(

@@ -241,6 +241,7 @@ impl ReplicaCore {
         now_ms: u64,
         lag_max_ms: u64,
         my_broker_epoch: BrokerEpoch,
+        ineligible: &std::collections::BTreeSet<BrokerId>,
     ) -> Option<IsrChange> {
         if self.alter_isr_in_flight || !self.role.leader {
             return None;
@@ -250,7 +251,8 @@ impl ReplicaCore {
             .epochs
             .start_of(self.role.leader_epoch)
             .unwrap_or(Offset::ZERO);
-        let new_isr = state.desired_isr(&self.role.isr, epoch_start, now_ms, lag_max_ms)?;
+        let new_isr =
+            state.desired_isr(&self.role.isr, epoch_start, now_ms, lag_max_ms, ineligible)?;
         let new_isr_epochs = state.member_epochs(&new_isr, my_broker_epoch);
         self.alter_isr_in_flight = true;
         Some(IsrChange {
@@ -378,12 +380,12 @@ mod tests {
         ));
         // Follower 2 never fetches: after the lag bound it leaves the ISR.
         let change = core
-            .isr_change(5_000, 1_000, BrokerEpoch(9))
+            .isr_change(5_000, 1_000, BrokerEpoch(9), &Default::default())
             .expect("shrink");
         assert_eq!(change.new_isr, vec![BrokerId(1)]);
         assert_eq!(change.new_isr_epochs, vec![BrokerEpoch(9)]);
         assert_eq!(
-            core.isr_change(5_001, 1_000, BrokerEpoch(9)),
+            core.isr_change(5_001, 1_000, BrokerEpoch(9), &Default::default()),
             None,
             "one on its way"
         );

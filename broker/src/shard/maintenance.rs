@@ -15,15 +15,30 @@ use super::{
 use crate::partition::PartitionKey;
 use crate::runtime;
 
+/// The replicas among `replicas` that `view` shows fenced or does not know:
+/// the controller refuses an ISR naming any of them.
+pub fn ineligible_for_isr(
+    view: &crate::cluster_view::ClusterView,
+    replicas: &[protocol::BrokerId],
+) -> std::collections::BTreeSet<protocol::BrokerId> {
+    replicas
+        .iter()
+        .copied()
+        .filter(|id| view.brokers.get(id).is_none_or(|b| b.fenced))
+        .collect()
+}
+
 impl Shard {
     /// A leader's ISR check: asks the controller (through shard 0) for the
     /// ISR its followers' progress calls for, one request at a time.
     pub(super) fn check_isr(self: &Rc<Self>, key: &PartitionKey, replica: &Rc<Replica>) {
         let now_ms = self.monotonic_ms();
+        let ineligible = ineligible_for_isr(&self.view.borrow(), &replica.role().replicas);
         let change = replica.core.borrow_mut().isr_change(
             now_ms,
             self.config.replica_lag_time_max_ms,
             protocol::BrokerEpoch(self.broker_epoch.get()),
+            &ineligible,
         );
         let Some(change) = change else {
             return;

@@ -56,6 +56,7 @@ use protocol::BrokerId;
 
 pub use error::OpError;
 pub use groups::{GroupAnswer, GroupOp};
+pub use maintenance::ineligible_for_isr;
 pub use mesh::{
     FetchOutcome, FetchReader, Isolation, MeshBody, MeshMessage, PartitionDetail, ProduceOutcome,
     ShardOp, ShardReply, TopicOutcome, UNKNOWN_OFFSET,
@@ -195,10 +196,11 @@ impl Shard {
         &self.clock
     }
 
-    /// Milliseconds on the monotonic clock, for a follower's lag and an
-    /// acks=all deadline: a wall-clock jump back would otherwise keep a dead
-    /// follower in the ISR (stalling acks=all) for as long as the jump, and
-    /// one forward would time out every waiting write and empty the ISR.
+    /// Milliseconds on the monotonic clock, for a follower's lag (as an
+    /// acks=all deadline reads `monotonic`): a wall-clock jump back would
+    /// otherwise keep a dead follower in the ISR (stalling acks=all) for as
+    /// long as the jump, and one forward would empty the ISR (and time out
+    /// every waiting write).
     pub(super) fn monotonic_ms(&self) -> u64 {
         u64::try_from(self.clock.monotonic().as_millis()).unwrap_or(u64::MAX)
     }

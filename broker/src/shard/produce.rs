@@ -231,7 +231,7 @@ impl Shard {
         timeout_ms: u64,
     ) -> Result<(), OpError> {
         use crate::replication::ack::AckDecision;
-        let deadline_ms = self.monotonic_ms().saturating_add(timeout_ms);
+        let deadline = self.clock.monotonic() + Duration::from_millis(timeout_ms);
         loop {
             let decision = replica.core.borrow().ack(
                 leader_epoch,
@@ -264,8 +264,8 @@ impl Shard {
                 }
                 AckDecision::Wait => {}
             }
-            let now_ms = self.monotonic_ms();
-            if now_ms >= deadline_ms {
+            let now = self.clock.monotonic();
+            if now >= deadline {
                 return Err(OpError::new(
                     ErrorCode::RequestTimedOut,
                     format!(
@@ -276,10 +276,13 @@ impl Shard {
                     ),
                 ));
             }
-            let wait_ms = (deadline_ms - now_ms).clamp(1, ISR_CHECK_MS);
+            let wait = (deadline - now).clamp(
+                Duration::from_millis(1),
+                Duration::from_millis(ISR_CHECK_MS),
+            );
             let version = replica.role_version.get();
             runtime::timeout(
-                Duration::from_millis(wait_ms),
+                wait,
                 futures_lite::future::or(
                     replica.high_watermark.wait_at_least(end),
                     replica.role_version.wait_at_least(version + 1),
