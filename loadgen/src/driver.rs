@@ -55,6 +55,14 @@ use crate::verify::{verify, HistoryRecord, VerifyReport};
 /// Unsent bytes a producer worker holds before it stops generating; beyond
 /// this the schedule falls behind and publish delay shows it.
 pub const WORKER_BUFFER_BYTES_MAX: usize = 64 << 20;
+/// Batches an idempotent worker keeps in flight per partition, as Kafka's
+/// `max.in.flight.requests.per.connection` (5): the broker appends a
+/// partition's batches in sequence order and answers a repeat of any of its
+/// last five with the original offsets, so order holds across retries. One
+/// batch per partition in flight caps a partition at a batch per round trip,
+/// and a round trip includes the group commit's `fdatasync`. Without an
+/// identity, one batch per partition keeps the order alone.
+pub const IN_FLIGHT_BATCHES_PER_PARTITION_MAX: usize = 5;
 /// Records generated per loop turn when the rate is unlimited.
 const UNPACED_CHUNK_RECORDS: u64 = 1_000;
 /// How long the end of a run waits for acks and for consumers to catch up.
@@ -619,12 +627,24 @@ struct SealedBatch {
     stamped: bool,
     /// The worker's transaction it belongs to (0 without transactions).
     txn: u64,
+    /// Its place among its partition's batches, given at its first send:
+    /// a retried batch goes back into the queue in this order.
+    send_index: Option<u64>,
+    /// Its last send went out while an earlier batch of its partition was
+    /// unanswered, so an out-of-order refusal may be that batch's doing.
+    sent_behind: bool,
 }
 
 struct PartitionQueue {
     open: Option<PendingBatch>,
+    /// Batches back for a retry (in send order), then batches never sent.
     sealed: VecDeque<SealedBatch>,
-    in_flight: bool,
+    in_flight: usize,
+    /// A batch came back for a retry: nothing is sent until every batch in
+    /// flight is back, so the retries go out first and in order.
+    resending: bool,
+    /// The next first-sent batch's `send_index`.
+    next_send_index: u64,
     connection: Option<Connection>,
     /// Not sent to before this (after a failure).
     retry_at_ns: u64,
@@ -638,7 +658,9 @@ impl PartitionQueue {
         PartitionQueue {
             open: None,
             sealed: VecDeque::new(),
-            in_flight: false,
+            in_flight: 0,
+            resending: false,
+            next_send_index: 0,
             connection: None,
             retry_at_ns: 0,
             next_sequence: Sequence(0),
@@ -869,11 +891,23 @@ impl ProducerWorker {
     fn complete(&mut self, done: Completion) {
         self.identity_stale |= done.failed_stamped;
         let queue = &mut self.queues[done.partition];
-        queue.in_flight = false;
+        assert!(
+            queue.in_flight > 0,
+            "a completion without a batch in flight"
+        );
+        queue.in_flight -= 1;
         match done.retry {
             Some(batch) => {
-                // Front of the queue: the partition's order holds.
-                queue.sealed.push_front(batch);
+                // Among the other returned batches by first send, ahead of
+                // those never sent: the partition's order holds.
+                let index = batch.send_index.expect("a retried batch was sent");
+                let at = queue
+                    .sealed
+                    .iter()
+                    .position(|b| b.send_index.is_none_or(|i| i > index))
+                    .unwrap_or(queue.sealed.len());
+                queue.sealed.insert(at, batch);
+                queue.resending = true;
                 queue.connection = None;
                 queue.retry_at_ns = self.shared.clock.now_ns() + RETRY_BACKOFF_MS * 1_000_000;
                 self.shared.refresher.request();
@@ -908,12 +942,13 @@ impl ProducerWorker {
             }
             let slot = self.schedule.next_slot();
             generated += 1;
-            let send_ns = self.shared.clock.now_ns();
+            // One clock read per turn, not per record: the records built in
+            // one turn take microseconds, far below the histograms' resolution.
             self.append_record(
                 &mut stats,
                 slot.message_index,
-                send_ns,
-                slot.publish_delay_ns(send_ns),
+                now_ns,
+                slot.publish_delay_ns(now_ns),
             );
         }
     }
@@ -991,6 +1026,8 @@ impl ProducerWorker {
                 first_sent_ns: None,
                 stamped: false,
                 txn,
+                send_index: None,
+                sent_behind: false,
             });
         }
     }
@@ -1044,33 +1081,67 @@ impl ProducerWorker {
         connection
     }
 
-    /// Sends the oldest sealed batch of every partition with nothing in
-    /// flight; returns how many requests went out.
+    /// How many batches a partition may have in flight.
+    fn in_flight_max(&self) -> usize {
+        if self.identity.is_some() {
+            IN_FLIGHT_BATCHES_PER_PARTITION_MAX
+        } else {
+            1
+        }
+    }
+
+    /// Whether `partition`'s front batch may go out now.
+    fn may_send(&mut self, partition: usize, now_ns: u64) -> bool {
+        let in_flight_max = self.in_flight_max();
+        let queue = &mut self.queues[partition];
+        if queue.resending && queue.in_flight == 0 {
+            queue.resending = false;
+        }
+        let Some(front) = queue.sealed.front() else {
+            return false;
+        };
+        if queue.resending || queue.in_flight >= in_flight_max || now_ns < queue.retry_at_ns {
+            return false;
+        }
+        // A batch of the next transaction waits for its begin.
+        self.txn
+            .as_ref()
+            .is_none_or(|txn| txn.sending() == Some(front.txn))
+    }
+
+    /// Sends the oldest sealed batches of every partition, up to its
+    /// in-flight bound; returns how many requests went out.
     async fn send_ready(&mut self, done: &mpsc::UnboundedSender<Completion>) -> usize {
         let mut sent = 0;
         for partition in 0..self.queues.len() {
+            sent += self.send_partition(partition, done).await;
+        }
+        sent
+    }
+
+    async fn send_partition(
+        &mut self,
+        partition: usize,
+        done: &mpsc::UnboundedSender<Completion>,
+    ) -> usize {
+        let mut sent = 0;
+        loop {
             let now_ns = self.shared.clock.now_ns();
-            let queue = &self.queues[partition];
-            if queue.in_flight || queue.sealed.is_empty() || now_ns < queue.retry_at_ns {
-                continue;
-            }
-            if let Some(txn) = &self.txn {
-                let front = queue.sealed.front().expect("checked non-empty").txn;
-                if txn.sending() != Some(front) {
-                    // The next transaction's: it waits for its begin.
-                    continue;
-                }
+            if !self.may_send(partition, now_ns) {
+                return sent;
             }
             let Some(connection) = self.leader_connection(partition).await else {
-                continue;
+                return sent;
             };
-            let mut batch = self.queues[partition]
-                .sealed
-                .pop_front()
-                .expect("checked non-empty");
+            let queue = &mut self.queues[partition];
+            let mut batch = queue.sealed.pop_front().expect("checked non-empty");
             batch.first_sent_ns.get_or_insert(now_ns);
+            batch.sent_behind = queue.in_flight > 0;
+            if batch.send_index.is_none() {
+                batch.send_index = Some(queue.next_send_index);
+                queue.next_send_index += 1;
+            }
             if let (Some((id, epoch)), false) = (self.identity, batch.stamped) {
-                let queue = &mut self.queues[partition];
                 stamp_producer(&mut batch.bytes, id, epoch, queue.next_sequence);
                 queue.next_sequence = queue.next_sequence.advanced_by(batch.sends.len() as i64);
                 batch.stamped = true;
@@ -1093,7 +1164,7 @@ impl ProducerWorker {
             let response = connection
                 .send(ApiKey::Produce, &body, &[&batch.bytes])
                 .await;
-            self.queues[partition].in_flight = true;
+            self.queues[partition].in_flight += 1;
             sent += 1;
             let shared = Completer {
                 stats: self.shared.stats.clone(),
@@ -1113,7 +1184,6 @@ impl ProducerWorker {
                 shared.complete(partition, batch, outcome);
             });
         }
-        sent
     }
 
     /// acks=0: nothing is awaited; the batch's bytes are accounted as sent.
@@ -1154,11 +1224,13 @@ impl ProducerWorker {
             wake = wake.min(end.max(now_ns + 1));
         }
         let linger_ns = self.config().linger_ms * 1_000_000;
+        let in_flight_max = self.in_flight_max();
         for queue in &self.queues {
             if let Some(batch) = &queue.open {
                 wake = wake.min(batch.opened_ns + linger_ns);
             }
-            if !queue.sealed.is_empty() && !queue.in_flight {
+            let waits_for_returns = queue.resending && queue.in_flight > 0;
+            if !queue.sealed.is_empty() && queue.in_flight < in_flight_max && !waits_for_returns {
                 wake = wake.min(queue.retry_at_ns.max(now_ns + 1));
             }
         }
@@ -1189,6 +1261,11 @@ impl Completer {
         let result = match &outcome {
             Ok(results) => match results.first() {
                 Some(r) if r.error == ErrorCode::None => Ok(r.base_offset),
+                // Sent while an earlier batch of its partition was
+                // unanswered: that one's failure, retried first, comes back.
+                Some(r) if r.error == ErrorCode::OutOfOrderSequenceNumber && batch.sent_behind => {
+                    Err(true)
+                }
                 Some(r) => Err(r.error.is_retriable()),
                 None => Err(false),
             },
