@@ -127,6 +127,7 @@ where
         &[0],
         16,
         Duration::ZERO,
+        broker::runtime::IO_MEMORY_BYTES,
         Arc::new(AtomicBool::new(false)),
         move |ctx| {
             let (test, config) = (test.clone(), config.clone());

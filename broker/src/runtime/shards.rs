@@ -11,8 +11,6 @@ use glommio::channels::channel_mesh::{MeshBuilder, Receivers, Senders};
 use glommio::channels::shared_channel::ConnectedReceiver;
 use glommio::{LocalExecutorBuilder, Placement};
 
-use super::IO_MEMORY_BYTES;
-
 /// What a shard's root future receives.
 #[derive(Debug)]
 pub struct ShardContext<T: Send + 'static> {
@@ -81,12 +79,39 @@ impl<T: Send + 'static> MeshReceiver<T> {
     }
 }
 
+/// io_uring rings each shard's executor registers its I/O memory with
+/// (glommio's main, latency and poll rings); the kernel charges every
+/// registration against the memlock limit.
+const RINGS_PER_SHARD: u64 = 3;
+
+/// Each shard's I/O memory is a pool either way; io_uring only uses it as
+/// registered buffers (fixed writes, no page pinning per I/O) when the
+/// memlock limit covers every ring's registration. glommio then says so in
+/// a log line nobody reads; this says what to change.
+fn warn_if_io_memory_stays_unregistered(io_memory_bytes: usize, shard_count: usize) {
+    if nix::unistd::geteuid().is_root() {
+        // CAP_IPC_LOCK: registration is not charged against the limit.
+        return;
+    }
+    let needed = io_memory_bytes as u64 * RINGS_PER_SHARD * shard_count as u64;
+    match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK) {
+        Ok((soft, _)) if soft < needed => tracing::warn!(
+            memlock_limit_bytes = soft,
+            needed_bytes = needed,
+            "the memlock limit is below the shards' I/O memory: their buffers stay unregistered (raise `ulimit -l`, or lower io_memory_bytes_per_shard)"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the memlock limit"),
+    }
+}
+
 /// Runs `root` on `cpus.len()` executors, shard `i` pinned to `cpus[i]`, and
 /// returns their outputs once all have finished.
 pub fn run_shards<T, F, Fut, R>(
     cpus: &[usize],
     mesh_queue_max: usize,
     idle_spin: Duration,
+    io_memory_bytes: usize,
     stop: Arc<AtomicBool>,
     root: F,
 ) -> io::Result<Vec<R>>
@@ -97,6 +122,7 @@ where
     R: Send + 'static,
 {
     let shard_count = cpus.len();
+    warn_if_io_memory_stays_unregistered(io_memory_bytes, shard_count);
     let nudger = super::nudge::Nudger::start(shard_count)?;
     let mesh = MeshBuilder::<T, _>::full(shard_count, mesh_queue_max);
     let mut handles = Vec::with_capacity(shard_count);
@@ -105,7 +131,7 @@ where
         let nudges = nudger.registry();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{shard_id}"))
-            .io_memory(IO_MEMORY_BYTES)
+            .io_memory(io_memory_bytes)
             // Spinning before parking cuts wake-up latency but burns the core;
             // off by default so a broker sharing cores with clients does not starve them.
             .spin_before_park(idle_spin)
