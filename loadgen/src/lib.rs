@@ -9,7 +9,8 @@
 //! after a run. With `--consumer-group`, `group_consumers` reads through
 //! consumer groups instead, with `group_stability` deciding when a group
 //! may start and `group_progress` counting what each group read; `consume`
-//! holds what both kinds of consumer share.
+//! holds what both kinds of consumer share. `max_rate` decides the steps of
+//! `--scenario max-rate`, each one a whole run.
 
 pub mod consume;
 pub mod driver;
@@ -18,6 +19,7 @@ pub mod group_progress;
 pub mod group_stability;
 pub mod histograms;
 pub mod keys;
+pub mod max_rate;
 pub mod payload;
 pub mod plan;
 pub mod progress;

@@ -310,6 +310,9 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(RUNTIME_THREADS);
+    if config.scenario == Some(Scenario::MaxRate) {
+        return run_max_rate(config, threads);
+    }
     let outcome = loadgen::driver::run_blocking(config, threads)?;
     println!("\n{}", render_latency_table(outcome.recorder.aggregate()));
     let counters = outcome.recorder.all_counters();
@@ -354,6 +357,88 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if counters.errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_RUN_FAILED)
+    })
+}
+
+/// The highest rate `--scenario max-rate` searches up to.
+const MAX_RATE_CEILING_MSGS_PER_S: u64 = 8_000_000;
+
+/// `--scenario max-rate`: one whole run per step (`loadgen::max_rate`
+/// decides the rates), each step's report in `REPORT_DIR/step-N-RATE`, and
+/// the steps with the rate found in `REPORT_DIR/max-rate.json`.
+fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
+    use loadgen::histograms::LatencyKind;
+    use loadgen::max_rate::{Search, StepResult};
+
+    let start = config.rate_msgs_per_s.clamp(1, MAX_RATE_CEILING_MSGS_PER_S);
+    let mut search = Search::new(start, MAX_RATE_CEILING_MSGS_PER_S);
+    let base_dir = config.report_dir.clone();
+    while let Some(rate) = search.next_rate() {
+        let index = search.steps().len();
+        let mut step = config.clone();
+        step.rate_msgs_per_s = rate;
+        step.report_dir = base_dir.join(format!("step-{index}-{rate}"));
+        eprintln!("max-rate step {index}: offering {rate} msgs/s");
+        let outcome = loadgen::driver::run_blocking(step.clone(), threads)?;
+        write_report_dir(
+            &step.report_dir,
+            &step.workload_parameters(),
+            &outcome.recorder,
+        )?;
+        let histograms = outcome.recorder.aggregate();
+        let counters = outcome.recorder.measured_counters();
+        let measured_s = (config.duration_ms as f64 / 1000.0).max(f64::MIN_POSITIVE);
+        // Sent on schedule over the measured window; every one of them must
+        // also be acknowledged by the end of the run (no errors, none
+        // unaccounted).
+        let all = outcome.recorder.all_counters();
+        let unacked = all.published_messages - all.acked_messages.min(all.published_messages);
+        let result = StepResult::judge(
+            rate,
+            counters.published_messages as f64 / measured_s,
+            histograms.summary(LatencyKind::Publish).p99_ms,
+            histograms.summary(LatencyKind::PublishDelay).p99_ms,
+            all.errors + unacked,
+        );
+        println!(
+            "step {index}: offered {rate} msgs/s, sent {:.0} msgs/s, publish p99 {:.2} ms, publish delay p99 {:.2} ms, errors or unacknowledged {}: {}",
+            result.sent_msgs_per_s,
+            result.publish_p99_ms,
+            result.publish_delay_p99_ms,
+            result.errors,
+            if result.held { "held" } else { "not held" }
+        );
+        search.record(result);
+    }
+    let summary = serde_json::json!({
+        "scenario": "max-rate",
+        "message_size_bytes": config.message_size_bytes,
+        "acks": config.acks,
+        "partitions": config.partitions,
+        "step_duration_ms": config.duration_ms,
+        "publish_delay_p99_ms_max": loadgen::max_rate::STEP_PUBLISH_DELAY_P99_MS_MAX,
+        "acked_fraction_min": loadgen::max_rate::STEP_ACKED_FRACTION_MIN,
+        "max_rate_msgs_per_s": search.best(),
+        "steps": search.steps(),
+    });
+    std::fs::create_dir_all(&base_dir)
+        .with_context(|| format!("creating {}", base_dir.display()))?;
+    let path = base_dir.join("max-rate.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&summary)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    match search.best() {
+        Some(best) => println!(
+            "max sustainable rate: {best} msgs/s ({:.0} MB/s of {} B messages)",
+            best as f64 * config.message_size_bytes as f64 / 1e6,
+            config.message_size_bytes
+        ),
+        None => println!("no step held"),
+    }
+    println!("wrote {}", path.display());
+    Ok(if search.best().is_some() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_RUN_FAILED)

@@ -116,10 +116,14 @@ impl std::fmt::Display for Compression {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Scenario {
     /// The seed's target: 1M msgs/s of 500 B for 30 s (after 5 s warmup),
-    /// on OMB's `1-topic-100-partitions-500b` shape: 100 partitions, RF 3,
-    /// 16 producers, 16 consumers, acks=all, 64 KiB batches or 10 ms linger.
+    /// acks=1, 64 KiB batches or 10 ms linger, two producers and two
+    /// consumers reading everything.
     #[serde(rename = "1m-500b")]
     OneMillion500B,
+    /// The highest rate of 500 B messages producers alone sustain (acks=1),
+    /// searched in steps (`max_rate`); `--rate` is the first step's rate.
+    #[serde(rename = "max-rate")]
+    MaxRate,
 }
 
 impl FromStr for Scenario {
@@ -128,7 +132,8 @@ impl FromStr for Scenario {
     fn from_str(input: &str) -> Result<Scenario, String> {
         match input {
             "1m-500b" => Ok(Scenario::OneMillion500B),
-            _ => Err(format!("{input:?}: known scenarios: 1m-500b")),
+            "max-rate" => Ok(Scenario::MaxRate),
+            _ => Err(format!("{input:?}: known scenarios: 1m-500b, max-rate")),
         }
     }
 }
@@ -137,15 +142,16 @@ impl Scenario {
     pub fn name(self) -> &'static str {
         match self {
             Scenario::OneMillion500B => "1m-500b",
+            Scenario::MaxRate => "max-rate",
         }
     }
 
     fn preset(self) -> RunFlags {
         match self {
-            // The headline run on one broker: replication is not built yet, so
-            // replication factor 1 and acks=1 (the leader's append). 16
-            // partitions spread over the shards; two producer workers and two
-            // consumers match the two cores the reference machine has.
+            // The headline run on one broker: replication factor 1 and
+            // acks=1 (the leader's append). 16 partitions spread over the
+            // shards; two producer workers and two consumers match the two
+            // cores the reference machine has.
             Scenario::OneMillion500B => RunFlags {
                 topic: Some("bench-1m-500b".to_string()),
                 partitions: Some(16),
@@ -159,6 +165,28 @@ impl Scenario {
                 acks: Some(Acks::Leader),
                 batch_bytes: Some(64 * 1024),
                 linger_ms: Some(10),
+                ..RunFlags::default()
+            },
+            // Producers only, short steps. Every step writes to the same
+            // topic, so size retention bounds the disk a search takes to
+            // 16 x 512 MiB whatever rate it reaches.
+            Scenario::MaxRate => RunFlags {
+                topic: Some("bench-max-rate".to_string()),
+                partitions: Some(16),
+                replication_factor: Some(1),
+                message_size_bytes: Some(500),
+                rate_msgs_per_s: Some(250_000),
+                duration_ms: Some(10_000),
+                warmup_ms: Some(2_000),
+                producers: Some(2),
+                consumers: Some(0),
+                acks: Some(Acks::Leader),
+                batch_bytes: Some(64 * 1024),
+                linger_ms: Some(10),
+                topic_configs: vec![
+                    ("retention.bytes".to_string(), (512u64 << 20).to_string()),
+                    ("segment.bytes".to_string(), (128u64 << 20).to_string()),
+                ],
                 ..RunFlags::default()
             },
         }
@@ -227,10 +255,15 @@ impl RunFlags {
             scenario: self.scenario.or(fallback.scenario),
             verify: self.verify || fallback.verify,
             delivery_timeout_ms: self.delivery_timeout_ms.or(fallback.delivery_timeout_ms),
-            topic_configs: if self.topic_configs.is_empty() {
-                fallback.topic_configs
-            } else {
-                self.topic_configs
+            // The fallback's configs stay unless a flag names the same key.
+            topic_configs: {
+                let mut configs = self.topic_configs;
+                for (key, value) in fallback.topic_configs {
+                    if !configs.iter().any(|(k, _)| *k == key) {
+                        configs.push((key, value));
+                    }
+                }
+                configs
             },
             history_dir: self.history_dir.or(fallback.history_dir),
             consumer_group: self.consumer_group.or(fallback.consumer_group),
