@@ -197,6 +197,7 @@ impl ShardMetrics {
         &self,
         shard: usize,
         log_end_offsets: &BTreeMap<PartitionKey, i64>,
+        log: crate::log::LogStats,
         cleaning: &BTreeMap<PartitionKey, CleanerGauges>,
         groups: &GroupGauges,
         cache_bytes: usize,
@@ -246,6 +247,10 @@ impl ShardMetrics {
             ("ringlog_bad_frames_total", self.bad_frames.get()),
             ("ringlog_storage_errors_total", self.storage_errors.get()),
             ("ringlog_batch_cache_bytes", cache_bytes as u64),
+            ("ringlog_log_appended_batches_total", log.appended_batches),
+            ("ringlog_log_appended_bytes_total", log.appended_bytes),
+            ("ringlog_log_chunk_writes_total", log.chunk_writes),
+            ("ringlog_log_data_syncs_total", log.data_syncs),
             ("ringlog_fetch_waiters", self.fetch_waiters.get()),
             ("ringlog_cleaner_passes_total", self.cleaner_passes.get()),
             (

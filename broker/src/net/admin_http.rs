@@ -27,6 +27,13 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 # TYPE ringlog_bad_frames_total counter
 # TYPE ringlog_storage_errors_total counter
 # TYPE ringlog_batch_cache_bytes gauge
+# HELP ringlog_log_appended_batches_total Batches appended to the logs of the partition replicas the shard hosts now (since each was opened).
+# TYPE ringlog_log_appended_batches_total counter
+# TYPE ringlog_log_appended_bytes_total counter
+# HELP ringlog_log_chunk_writes_total Direct writes of tail chunks to segment files, same replicas.
+# TYPE ringlog_log_chunk_writes_total counter
+# HELP ringlog_log_data_syncs_total fdatasync calls that made appended data durable (a group commit counts once), same replicas.
+# TYPE ringlog_log_data_syncs_total counter
 # HELP ringlog_log_end_offset Log end offset of each partition replica.
 # TYPE ringlog_log_end_offset gauge
 # HELP ringlog_cleaner_passes_total Compaction passes run.

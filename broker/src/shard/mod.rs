@@ -361,12 +361,15 @@ impl Shard {
 
     pub fn render_metrics(&self) -> String {
         let mut partitions: BTreeMap<PartitionKey, i64> = BTreeMap::new();
+        let mut log = crate::log::LogStats::default();
         for (key, replica) in self.replicas.borrow().iter() {
             partitions.insert(key.clone(), replica.log.log_end_offset().0);
+            log += replica.log.stats();
         }
         self.metrics.render(
             self.id,
             &partitions,
+            log,
             &self.cleaner_gauges(),
             &self.group_gauges(),
             self.cache.borrow().size_bytes(),

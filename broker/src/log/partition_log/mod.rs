@@ -114,6 +114,15 @@ pub struct LogStats {
     pub chunk_writes: u64,
 }
 
+impl std::ops::AddAssign for LogStats {
+    fn add_assign(&mut self, other: LogStats) {
+        self.appended_batches += other.appended_batches;
+        self.appended_bytes += other.appended_bytes;
+        self.data_syncs += other.data_syncs;
+        self.chunk_writes += other.chunk_writes;
+    }
+}
+
 impl LogState {
     fn active(&self) -> &Segment {
         self.segments
