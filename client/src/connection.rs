@@ -471,15 +471,20 @@ async fn read_frame(
             address: address.to_owned(),
             source,
         })?;
-    let mut frame = vec![0u8; len];
-    read_half.read_exact(&mut frame).await.map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            ClientError::ConnectionClosed {
+    // Read into spare capacity: zeroing a fetch response's megabytes first
+    // cost as much as the copy out of the socket.
+    let mut frame = bytes::BytesMut::with_capacity(len);
+    while frame.len() < len {
+        let remaining = len - frame.len();
+        let read = read_half
+            .read_buf(&mut bytes::BufMut::limit(&mut frame, remaining))
+            .await
+            .map_err(|e| ClientError::io(address, e))?;
+        if read == 0 {
+            return Err(ClientError::ConnectionClosed {
                 address: address.to_owned(),
-            }
-        } else {
-            ClientError::io(address, e)
+            });
         }
-    })?;
-    Ok(Some(Bytes::from(frame)))
+    }
+    Ok(Some(frame.freeze()))
 }

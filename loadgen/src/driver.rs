@@ -63,6 +63,10 @@ pub const WORKER_BUFFER_BYTES_MAX: usize = 64 << 20;
 /// and a round trip includes the group commit's `fdatasync`. Without an
 /// identity, one batch per partition keeps the order alone.
 pub const IN_FLIGHT_BATCHES_PER_PARTITION_MAX: usize = 5;
+/// A record's encoding beyond its key and value: length, attributes,
+/// timestamp and offset deltas, key and value lengths and header count, as
+/// varints.
+const RECORD_OVERHEAD_BYTES_MAX: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
 /// Records generated per loop turn when the rate is unlimited.
 const UNPACED_CHUNK_RECORDS: u64 = 1_000;
 /// How long the end of a run waits for acks and for consumers to catch up.
@@ -985,10 +989,15 @@ impl ProducerWorker {
             Compression::Zstd => protocol::Compression::Zstd,
         };
         let batch_bytes = self.config().batch_bytes as usize;
+        // A batch is sealed once it reaches `batch_bytes`, so it ends at most
+        // one record past it.
+        let record_bytes_max = self.value.len() + self.key.len() + RECORD_OVERHEAD_BYTES_MAX;
         let transactional = self.txn.is_some();
         let queue = &mut self.queues[partition];
         let batch = queue.open.get_or_insert_with(|| PendingBatch {
-            builder: BatchBuilder::new(compression).transactional(transactional),
+            builder: BatchBuilder::new(compression)
+                .transactional(transactional)
+                .with_capacity_bytes(batch_bytes + record_bytes_max),
             opened_ns: send_ns,
             sends: Vec::new(),
             buffered_bytes: 0,

@@ -35,8 +35,17 @@ fn record_strategy() -> impl Strategy<Value = OwnedRecord> {
 }
 
 fn build(records: &[OwnedRecord], compression: Compression) -> Vec<u8> {
-    let mut builder =
-        BatchBuilder::new(compression).producer(ProducerId(7), ProducerEpoch(1), Sequence(42));
+    build_with_capacity(records, compression, 0)
+}
+
+fn build_with_capacity(
+    records: &[OwnedRecord],
+    compression: Compression,
+    capacity_bytes: usize,
+) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(compression)
+        .with_capacity_bytes(capacity_bytes)
+        .producer(ProducerId(7), ProducerEpoch(1), Sequence(42));
     for r in records {
         let headers: Vec<RecordHeader<'_>> = r
             .headers
@@ -57,6 +66,19 @@ fn build(records: &[OwnedRecord], compression: Compression) -> Vec<u8> {
 }
 
 proptest! {
+    #[test]
+    fn reserved_capacity_changes_no_byte(
+        records in proptest::collection::vec(record_strategy(), 1..20),
+        zstd in any::<bool>(),
+        capacity_bytes in 0usize..100_000,
+    ) {
+        let compression = if zstd { Compression::Zstd } else { Compression::None };
+        prop_assert_eq!(
+            build_with_capacity(&records, compression, capacity_bytes),
+            build(&records, compression)
+        );
+    }
+
     #[test]
     fn build_then_read_returns_the_same_records(
         records in proptest::collection::vec(record_strategy(), 1..20),
