@@ -365,6 +365,9 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// The highest rate `--scenario max-rate` searches up to.
 const MAX_RATE_CEILING_MSGS_PER_S: u64 = 8_000_000;
+/// Pause between two steps, so a step that overloaded the cluster does not
+/// leave its backlog (unwritten tails, retention) to the next one.
+const MAX_RATE_STEP_PAUSE_MS: u64 = 3_000;
 
 /// `--scenario max-rate`: one whole run per step (`loadgen::max_rate`
 /// decides the rates), each step's report in `REPORT_DIR/step-N-RATE`, and
@@ -378,6 +381,9 @@ fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
     let base_dir = config.report_dir.clone();
     while let Some(rate) = search.next_rate() {
         let index = search.steps().len();
+        if index > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(MAX_RATE_STEP_PAUSE_MS));
+        }
         let mut step = config.clone();
         step.rate_msgs_per_s = rate;
         step.report_dir = base_dir.join(format!("step-{index}-{rate}"));
@@ -389,8 +395,19 @@ fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
             &outcome.recorder,
         )?;
         let histograms = outcome.recorder.aggregate();
-        let counters = outcome.recorder.measured_counters();
-        let measured_s = (config.duration_ms as f64 / 1000.0).max(f64::MIN_POSITIVE);
+        // The rate over the measured seconds in which the generator sent
+        // anything (not the drain after it, whose seconds send nothing).
+        let (sent, sending_s) = outcome
+            .recorder
+            .series()
+            .iter()
+            .filter(|i| i.publish_rate_msgs_per_s > 0.0)
+            .fold((0.0, 0.0), |(sent, s), i| {
+                (
+                    sent + i.publish_rate_msgs_per_s * i.duration_s,
+                    s + i.duration_s,
+                )
+            });
         // Sent on schedule over the measured window; every one of them must
         // also be acknowledged by the end of the run (no errors, none
         // unaccounted).
@@ -398,7 +415,11 @@ fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
         let unacked = all.published_messages - all.acked_messages.min(all.published_messages);
         let result = StepResult::judge(
             rate,
-            counters.published_messages as f64 / measured_s,
+            if sending_s > 0.0 {
+                sent / sending_s
+            } else {
+                0.0
+            },
             histograms.summary(LatencyKind::Publish).p99_ms,
             histograms.summary(LatencyKind::PublishDelay).p99_ms,
             all.errors + unacked,
