@@ -5,20 +5,25 @@
 //! late the generator sent against the schedule, which grows as soon as the
 //! producers' buffers fill) stayed bounded. The rate doubles while steps
 //! hold, then the gap between the highest held and the lowest failed rate is
-//! halved until it is narrow. This module decides; `main` runs the steps.
+//! halved until it is narrow. A rate fails only when two steps at it fail,
+//! so one hiccup of the host does not end the climb. This module decides;
+//! `main` runs the steps.
 
 use serde::Serialize;
 
-/// A step holds only if its publish delay p99 stays within this: a cluster
-/// that keeps up sends on schedule, so the delay stays near the generator's
-/// own millisecond of pacing.
-pub const STEP_PUBLISH_DELAY_P99_MS_MAX: f64 = 50.0;
+/// A step holds only if its publish delay p99 stays within this. A cluster
+/// that keeps up sends on schedule, its delay near the generator's own
+/// millisecond of pacing plus the host's hiccups (a slow `fdatasync` stalls
+/// a shard for tens of ms on a small virtual machine); one that does not
+/// fills the producers' buffers, and the delay climbs to seconds within a
+/// step.
+pub const STEP_PUBLISH_DELAY_P99_MS_MAX: f64 = 100.0;
 /// ... and it sent at least this share of the rate it offered over the
 /// measured window (a generator whose buffers are full stops sending), all
 /// of it acknowledged by the end of the run.
 pub const STEP_ACKED_FRACTION_MIN: f64 = 0.99;
-/// Steps a search runs at most.
-pub const STEPS_MAX: u32 = 12;
+/// Steps a search runs at most, repeats included.
+pub const STEPS_MAX: u32 = 16;
 /// The search stops once the gap between held and failed is this narrow,
 /// relative to the held rate.
 const RESOLUTION_FRACTION: f64 = 0.05;
@@ -64,6 +69,8 @@ pub struct Search {
     ceiling_msgs_per_s: u64,
     held_max: Option<u64>,
     failed_min: Option<u64>,
+    /// A rate whose first step failed, to be run once more.
+    repeat: Option<u64>,
     steps: Vec<StepResult>,
 }
 
@@ -77,6 +84,7 @@ impl Search {
             ceiling_msgs_per_s,
             held_max: None,
             failed_min: None,
+            repeat: None,
             steps: Vec::new(),
         }
     }
@@ -85,6 +93,9 @@ impl Search {
     pub fn next_rate(&self) -> Option<u64> {
         if self.steps.len() as u32 >= STEPS_MAX {
             return None;
+        }
+        if let Some(rate) = self.repeat {
+            return Some(rate);
         }
         let rate = match (self.held_max, self.failed_min) {
             (None, None) => self.start_msgs_per_s,
@@ -108,7 +119,10 @@ impl Search {
 
     pub fn record(&mut self, step: StepResult) {
         let rate = step.rate_msgs_per_s;
-        if step.held {
+        let repeated = self.repeat.take() == Some(rate);
+        if !step.held && !repeated {
+            self.repeat = Some(rate);
+        } else if step.held {
             assert!(
                 self.failed_min.is_none_or(|f| rate < f),
                 "a held rate above a failed one is not searched"
@@ -156,6 +170,24 @@ mod tests {
     }
 
     #[test]
+    fn one_failed_step_is_run_again_and_a_held_repeat_counts() {
+        let mut search = Search::new(100_000, 8_000_000);
+        search.record(step(100_000, true));
+        assert_eq!(search.next_rate(), Some(200_000));
+        // A hiccup at 200k: the same rate once more, which holds.
+        search.record(step(200_000, false));
+        assert_eq!(search.next_rate(), Some(200_000));
+        search.record(step(200_000, true));
+        assert_eq!(search.best(), Some(200_000));
+        assert_eq!(search.next_rate(), Some(400_000));
+        // Twice failed: failed.
+        search.record(step(400_000, false));
+        assert_eq!(search.next_rate(), Some(400_000));
+        search.record(step(400_000, false));
+        assert_eq!(search.next_rate(), Some(300_000));
+    }
+
+    #[test]
     fn doubles_then_bisects_to_within_the_resolution() {
         for capacity in [150_000, 999_999, 1_000_000, 1_234_567, 1_900_000] {
             let search = search_against(capacity, 100_000, 8_000_000);
@@ -198,7 +230,7 @@ mod tests {
     fn judging_needs_rate_delay_and_no_errors() {
         assert!(StepResult::judge(100_000, 99_500.0, 3.0, 2.0, 0).held);
         assert!(!StepResult::judge(100_000, 98_000.0, 3.0, 2.0, 0).held);
-        assert!(!StepResult::judge(100_000, 100_000.0, 3.0, 51.0, 0).held);
+        assert!(!StepResult::judge(100_000, 100_000.0, 3.0, 101.0, 0).held);
         assert!(!StepResult::judge(100_000, 100_000.0, 3.0, 2.0, 1).held);
     }
 }
