@@ -4,8 +4,10 @@
 //!
 //! Producer workers batch per partition themselves (the same rules as the
 //! client's `Producer`: a batch is sent when it reaches `batch_bytes` or is
-//! `linger_ms` old, one request in flight per partition so order holds) and
-//! send produce requests straight to each partition's shard connection. This
+//! `linger_ms` old; an idempotent worker keeps up to five batches in flight
+//! per partition, as the client's `Accumulator` does, and retries them in
+//! their send order) and send produce requests straight to each partition's
+//! shard connection. This
 //! keeps per-record work to building the record, so one worker can offer the
 //! headline rate; every record's send time and ack time are still measured.
 //! Consumers fetch from each partition's shard, decode every record and read
@@ -21,7 +23,7 @@
 //! With `--transaction-ms` each worker writes in transactions
 //! (`transactions.rs`) and consumers read committed records only.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -67,6 +69,8 @@ pub const IN_FLIGHT_BATCHES_PER_PARTITION_MAX: usize = 5;
 /// timestamp and offset deltas, key and value lengths and header count, as
 /// varints.
 const RECORD_OVERHEAD_BYTES_MAX: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
+/// Records built between two clock reads.
+const CLOCK_READ_RECORDS: u64 = 64;
 /// Records generated per loop turn when the rate is unlimited.
 const UNPACED_CHUNK_RECORDS: u64 = 1_000;
 /// How long the end of a run waits for acks and for consumers to catch up.
@@ -634,6 +638,8 @@ struct SealedBatch {
     /// Its place among its partition's batches, given at its first send:
     /// a retried batch goes back into the queue in this order.
     send_index: Option<u64>,
+    /// The worker's identity generation it was first sent under.
+    generation: u64,
     /// Its last send went out while an earlier batch of its partition was
     /// unanswered, so an out-of-order refusal may be that batch's doing.
     sent_behind: bool,
@@ -649,6 +655,13 @@ struct PartitionQueue {
     resending: bool,
     /// The next first-sent batch's `send_index`.
     next_send_index: u64,
+    /// (generation, send_index) of every batch sent and awaiting an answer
+    /// or a retry: a new batch goes out only while the oldest of them is
+    /// fewer than the in-flight bound behind it (the broker remembers a
+    /// producer's last five batches, so a retry further back would be
+    /// refused) and of the current identity (a batch under a new producer
+    /// id would not wait for one under the old).
+    unresolved: BTreeSet<(u64, u64)>,
     connection: Option<Connection>,
     /// Not sent to before this (after a failure).
     retry_at_ns: u64,
@@ -665,6 +678,7 @@ impl PartitionQueue {
             in_flight: 0,
             resending: false,
             next_send_index: 0,
+            unresolved: BTreeSet::new(),
             connection: None,
             retry_at_ns: 0,
             next_sequence: Sequence(0),
@@ -703,6 +717,8 @@ struct ProducerWorker {
     /// A stamped batch failed for good: the broker may or may not hold it,
     /// so the next first send needs a new producer id.
     identity_stale: bool,
+    /// Counts the identities taken, so batches of an earlier one are known.
+    generation: u64,
     /// `--transaction-ms`: the worker's transactions.
     txn: Option<TxnCycle>,
 }
@@ -715,6 +731,11 @@ struct Completion {
     retry: Option<SealedBatch>,
     /// A stamped batch failed for good.
     failed_stamped: bool,
+    /// The batch's (generation, send_index), once sent awaiting an answer.
+    sent_as: Option<(u64, u64)>,
+    /// A retry because an earlier batch of the partition was unanswered
+    /// when this one went out: nothing is wrong with the connection.
+    refused_behind: bool,
 }
 
 impl ProducerWorker {
@@ -752,6 +773,7 @@ impl ProducerWorker {
             wall_origin_us,
             identity: None,
             identity_stale: false,
+            generation: 0,
             txn: None,
             shared,
         })
@@ -766,6 +788,7 @@ impl ProducerWorker {
                 Ok(identity) => {
                     self.identity = Some(identity);
                     self.identity_stale = false;
+                    self.generation += 1;
                     for queue in &mut self.queues {
                         queue.next_sequence = Sequence(0);
                     }
@@ -912,15 +935,23 @@ impl ProducerWorker {
                     .unwrap_or(queue.sealed.len());
                 queue.sealed.insert(at, batch);
                 queue.resending = true;
-                queue.connection = None;
-                queue.retry_at_ns = self.shared.clock.now_ns() + RETRY_BACKOFF_MS * 1_000_000;
-                self.shared.refresher.request();
+                if !done.refused_behind {
+                    queue.connection = None;
+                    queue.retry_at_ns = self.shared.clock.now_ns() + RETRY_BACKOFF_MS * 1_000_000;
+                    self.shared.refresher.request();
+                }
                 self.shared
                     .counters
                     .retried_batches
                     .fetch_add(1, Ordering::Relaxed);
             }
-            None => self.buffered_bytes -= done.bytes,
+            None => {
+                if let Some(sent_as) = done.sent_as {
+                    let removed = queue.unresolved.remove(&sent_as);
+                    assert!(removed, "a batch resolved twice");
+                }
+                self.buffered_bytes -= done.bytes;
+            }
         }
     }
 
@@ -931,6 +962,7 @@ impl ProducerWorker {
         let stats = self.shared.stats.clone();
         let mut stats = stats.lock().expect("stats lock");
         let mut generated = 0u64;
+        let mut send_ns = now_ns;
         while self.buffered_bytes < WORKER_BUFFER_BYTES_MAX {
             let paced = self.schedule.is_paced();
             if paced {
@@ -945,14 +977,18 @@ impl ProducerWorker {
                 break;
             }
             let slot = self.schedule.next_slot();
+            // The clock is read once per `CLOCK_READ_RECORDS` records, not
+            // per record: that many take tens of microseconds to build, while
+            // a turn that catches up after a stall may build megabytes.
+            if generated > 0 && generated.is_multiple_of(CLOCK_READ_RECORDS) {
+                send_ns = self.shared.clock.now_ns();
+            }
             generated += 1;
-            // One clock read per turn, not per record: the records built in
-            // one turn take microseconds, far below the histograms' resolution.
             self.append_record(
                 &mut stats,
                 slot.message_index,
-                now_ns,
-                slot.publish_delay_ns(now_ns),
+                send_ns,
+                slot.publish_delay_ns(send_ns),
             );
         }
     }
@@ -1027,7 +1063,13 @@ impl ProducerWorker {
         let txn = self.txn.as_ref().map_or(0, TxnCycle::sealing_into);
         let queue = &mut self.queues[partition];
         if let Some(batch) = queue.open.take() {
-            let bytes = batch.builder.build().expect("a batch with records builds");
+            let mut bytes = batch.builder.build().expect("a batch with records builds");
+            // The builder reserved a full batch; one sealed by its linger
+            // nearly empty would hold that memory until acknowledged, beyond
+            // what the worker's buffer bound counts.
+            if bytes.capacity() > 2 * bytes.len() {
+                bytes.shrink_to_fit();
+            }
             queue.sealed.push_back(SealedBatch {
                 bytes,
                 sends: batch.sends,
@@ -1036,6 +1078,7 @@ impl ProducerWorker {
                 stamped: false,
                 txn,
                 send_index: None,
+                generation: 0,
                 sent_behind: false,
             });
         }
@@ -1112,6 +1155,15 @@ impl ProducerWorker {
         if queue.resending || queue.in_flight >= in_flight_max || now_ns < queue.retry_at_ns {
             return false;
         }
+        if front.send_index.is_none() {
+            if let Some(&(generation, oldest)) = queue.unresolved.first() {
+                if generation < self.generation
+                    || queue.next_send_index - oldest >= in_flight_max as u64
+                {
+                    return false;
+                }
+            }
+        }
         // A batch of the next transaction waits for its begin.
         self.txn
             .as_ref()
@@ -1148,7 +1200,13 @@ impl ProducerWorker {
             batch.sent_behind = queue.in_flight > 0;
             if batch.send_index.is_none() {
                 batch.send_index = Some(queue.next_send_index);
+                batch.generation = self.generation;
                 queue.next_send_index += 1;
+                if self.shared.config.acks != Acks::None {
+                    queue
+                        .unresolved
+                        .insert((batch.generation, queue.next_send_index - 1));
+                }
             }
             if let (Some((id, epoch)), false) = (self.identity, batch.stamped) {
                 stamp_producer(&mut batch.bytes, id, epoch, queue.next_sequence);
@@ -1267,12 +1325,21 @@ impl Completer {
         outcome: client::Result<Vec<messages::ProduceOutcome>>,
     ) {
         let now = self.clock.now_ns();
+        let sent_as = batch.send_index.map(|index| (batch.generation, index));
+        let mut refused_behind = false;
         let result = match &outcome {
             Ok(results) => match results.first() {
                 Some(r) if r.error == ErrorCode::None => Ok(r.base_offset),
                 // Sent while an earlier batch of its partition was
                 // unanswered: that one's failure, retried first, comes back.
-                Some(r) if r.error == ErrorCode::OutOfOrderSequenceNumber && batch.sent_behind => {
+                Some(r)
+                    if batch.sent_behind
+                        && matches!(
+                            r.error,
+                            ErrorCode::OutOfOrderSequenceNumber | ErrorCode::UnknownProducerId
+                        ) =>
+                {
+                    refused_behind = true;
                     Err(true)
                 }
                 Some(r) => Err(r.error.is_retriable()),
@@ -1290,6 +1357,8 @@ impl Completer {
                 bytes,
                 retry: Some(batch),
                 failed_stamped: false,
+                sent_as,
+                refused_behind,
             });
             return;
         }
@@ -1324,6 +1393,8 @@ impl Completer {
             bytes,
             retry: None,
             failed_stamped,
+            sent_as,
+            refused_behind: false,
         });
     }
 }
