@@ -363,8 +363,6 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The highest rate `--scenario max-rate` searches up to.
-const MAX_RATE_CEILING_MSGS_PER_S: u64 = 8_000_000;
 /// Pause between two steps, so a step that overloaded the cluster does not
 /// leave its backlog (unwritten tails, retention) to the next one.
 const MAX_RATE_STEP_PAUSE_MS: u64 = 3_000;
@@ -374,10 +372,14 @@ const MAX_RATE_STEP_PAUSE_MS: u64 = 3_000;
 /// the steps with the rate found in `REPORT_DIR/max-rate.json`.
 fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
     use loadgen::histograms::LatencyKind;
-    use loadgen::max_rate::{Search, StepResult};
+    use loadgen::max_rate::{Search, StepResult, STEP_RATE_MSGS_PER_S_MAX};
 
-    let start = config.rate_msgs_per_s.clamp(1, MAX_RATE_CEILING_MSGS_PER_S);
-    let mut search = Search::new(start, MAX_RATE_CEILING_MSGS_PER_S);
+    if !(1..=STEP_RATE_MSGS_PER_S_MAX).contains(&config.rate_msgs_per_s) {
+        return Ok(bad_flag(format!(
+            "--scenario max-rate starts at --rate, which must be within 1..={STEP_RATE_MSGS_PER_S_MAX}"
+        )));
+    }
+    let mut search = Search::new(config.rate_msgs_per_s, STEP_RATE_MSGS_PER_S_MAX);
     let base_dir = config.report_dir.clone();
     while let Some(rate) = search.next_rate() {
         let index = search.steps().len();
@@ -395,13 +397,15 @@ fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
             &outcome.recorder,
         )?;
         let histograms = outcome.recorder.aggregate();
-        // The rate over the measured seconds in which the generator sent
-        // anything (not the drain after it, whose seconds send nothing).
+        // The rate over the measured seconds up to the end of sending (not
+        // the drain after it); a second in which a stalled generator sent
+        // nothing still counts.
+        let sending_end_s = (step.warmup_ms + step.duration_ms) as f64 / 1000.0;
         let (sent, sending_s) = outcome
             .recorder
             .series()
             .iter()
-            .filter(|i| i.publish_rate_msgs_per_s > 0.0)
+            .filter(|i| i.elapsed_s - i.duration_s < sending_end_s)
             .fold((0.0, 0.0), |(sent, s), i| {
                 (
                     sent + i.publish_rate_msgs_per_s * i.duration_s,
@@ -443,6 +447,7 @@ fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
         "publish_delay_p99_ms_max": loadgen::max_rate::STEP_PUBLISH_DELAY_P99_MS_MAX,
         "acked_fraction_min": loadgen::max_rate::STEP_ACKED_FRACTION_MIN,
         "max_rate_msgs_per_s": search.best(),
+        "truncated_by_step_bound": search.truncated(),
         "steps": search.steps(),
     });
     std::fs::create_dir_all(&base_dir)
@@ -452,7 +457,12 @@ fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("writing {}", path.display()))?;
     match search.best() {
         Some(best) => println!(
-            "max sustainable rate: {best} msgs/s ({:.0} MB/s of {} B messages)",
+            "max sustainable rate: {}{best} msgs/s ({:.0} MB/s of {} B messages)",
+            if search.truncated() {
+                "at least (the step bound ended the search) "
+            } else {
+                ""
+            },
             best as f64 * config.message_size_bytes as f64 / 1e6,
             config.message_size_bytes
         ),

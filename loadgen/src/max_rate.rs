@@ -24,6 +24,8 @@ pub const STEP_PUBLISH_DELAY_P99_MS_MAX: f64 = 100.0;
 pub const STEP_ACKED_FRACTION_MIN: f64 = 0.99;
 /// Steps a search runs at most, repeats included.
 pub const STEPS_MAX: u32 = 16;
+/// The highest rate a search offers.
+pub const STEP_RATE_MSGS_PER_S_MAX: u64 = 8_000_000;
 /// The search stops once the gap between held and failed is this narrow,
 /// relative to the held rate.
 const RESOLUTION_FRACTION: f64 = 0.05;
@@ -66,7 +68,7 @@ impl StepResult {
 #[derive(Debug, Clone)]
 pub struct Search {
     start_msgs_per_s: u64,
-    ceiling_msgs_per_s: u64,
+    rate_msgs_per_s_max: u64,
     held_max: Option<u64>,
     failed_min: Option<u64>,
     /// A rate whose first step failed, to be run once more.
@@ -76,12 +78,12 @@ pub struct Search {
 
 impl Search {
     /// Starts at `start_msgs_per_s` and never offers more than
-    /// `ceiling_msgs_per_s`.
-    pub fn new(start_msgs_per_s: u64, ceiling_msgs_per_s: u64) -> Search {
-        assert!(start_msgs_per_s > 0 && start_msgs_per_s <= ceiling_msgs_per_s);
+    /// `rate_msgs_per_s_max`.
+    pub fn new(start_msgs_per_s: u64, rate_msgs_per_s_max: u64) -> Search {
+        assert!(start_msgs_per_s > 0 && start_msgs_per_s <= rate_msgs_per_s_max);
         Search {
             start_msgs_per_s,
-            ceiling_msgs_per_s,
+            rate_msgs_per_s_max,
             held_max: None,
             failed_min: None,
             repeat: None,
@@ -94,16 +96,26 @@ impl Search {
         if self.steps.len() as u32 >= STEPS_MAX {
             return None;
         }
+        self.next_rate_unbounded()
+    }
+
+    /// Whether `STEPS_MAX` ended the search before the gap was narrow: its
+    /// result is then only a lower bound.
+    pub fn truncated(&self) -> bool {
+        self.next_rate().is_none() && self.next_rate_unbounded().is_some()
+    }
+
+    fn next_rate_unbounded(&self) -> Option<u64> {
         if let Some(rate) = self.repeat {
             return Some(rate);
         }
         let rate = match (self.held_max, self.failed_min) {
             (None, None) => self.start_msgs_per_s,
             (Some(held), None) => {
-                if held >= self.ceiling_msgs_per_s {
+                if held >= self.rate_msgs_per_s_max {
                     return None;
                 }
-                held.saturating_mul(2).min(self.ceiling_msgs_per_s)
+                held.saturating_mul(2).min(self.rate_msgs_per_s_max)
             }
             (held, Some(failed)) => {
                 let held = held.unwrap_or(0);
@@ -161,8 +173,8 @@ mod tests {
 
     /// A cluster that holds up to `capacity`: the search ends within the
     /// resolution below it and never reports a rate that failed.
-    fn search_against(capacity: u64, start: u64, ceiling: u64) -> Search {
-        let mut search = Search::new(start, ceiling);
+    fn search_against(capacity: u64, start: u64, rate_max: u64) -> Search {
+        let mut search = Search::new(start, rate_max);
         while let Some(rate) = search.next_rate() {
             search.record(step(rate, rate <= capacity));
         }
@@ -199,6 +211,7 @@ mod tests {
                 search.steps()
             );
             assert!(search.steps().len() as u32 <= STEPS_MAX);
+            assert!(!search.truncated(), "{capacity}: {:?}", search.steps());
         }
     }
 
@@ -223,7 +236,16 @@ mod tests {
     fn nothing_holds() {
         let search = search_against(0, 100_000, 1_000_000);
         assert_eq!(search.best(), None);
-        assert!(search.steps().len() as u32 <= STEPS_MAX);
+        assert_eq!(search.steps().len() as u32, STEPS_MAX);
+        assert!(search.truncated());
+    }
+
+    #[test]
+    fn a_climb_cut_short_by_the_step_bound_says_so() {
+        // From 1 msg/s, doubling alone takes more steps than allowed.
+        let search = search_against(1_000_000, 1, STEP_RATE_MSGS_PER_S_MAX);
+        assert!(search.truncated());
+        assert!(search.best().is_some_and(|b| b < 1_000_000));
     }
 
     #[test]
