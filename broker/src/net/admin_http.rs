@@ -29,6 +29,7 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 # TYPE ringlog_batch_cache_bytes gauge
 # HELP ringlog_log_appended_batches_total Batches appended to the logs of the partition replicas the shard hosts now (since each was opened).
 # TYPE ringlog_log_appended_batches_total counter
+# HELP ringlog_log_appended_bytes_total Bytes appended to the same replicas' logs.
 # TYPE ringlog_log_appended_bytes_total counter
 # HELP ringlog_log_chunk_writes_total Direct writes of tail chunks to segment files, same replicas.
 # TYPE ringlog_log_chunk_writes_total counter

@@ -84,13 +84,29 @@ impl<T: Send + 'static> MeshReceiver<T> {
 /// registration against the memlock limit.
 const RINGS_PER_SHARD: u64 = 3;
 
+/// CAP_IPC_LOCK's bit in the capability sets of `/proc/self/status`.
+const CAP_IPC_LOCK_BIT: u32 = 14;
+
+/// Whether this process may lock memory past its limit: its effective
+/// capabilities hold CAP_IPC_LOCK (root usually, not in every container).
+fn may_lock_past_the_limit() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK_BIT) != 0)
+}
+
 /// Each shard's I/O memory is a pool either way; io_uring only uses it as
 /// registered buffers (fixed writes, no page pinning per I/O) when the
 /// memlock limit covers every ring's registration. glommio then says so in
-/// a log line nobody reads; this says what to change.
+/// a log line nobody reads; this says what to change. The limit is the
+/// user's across processes, so several brokers of one user share it.
 fn warn_if_io_memory_stays_unregistered(io_memory_bytes: usize, shard_count: usize) {
-    if nix::unistd::geteuid().is_root() {
-        // CAP_IPC_LOCK: registration is not charged against the limit.
+    if may_lock_past_the_limit() {
         return;
     }
     let needed = io_memory_bytes as u64 * RINGS_PER_SHARD * shard_count as u64;
@@ -98,7 +114,7 @@ fn warn_if_io_memory_stays_unregistered(io_memory_bytes: usize, shard_count: usi
         Ok((soft, _)) if soft < needed => tracing::warn!(
             memlock_limit_bytes = soft,
             needed_bytes = needed,
-            "the memlock limit is below the shards' I/O memory: their buffers stay unregistered (raise `ulimit -l`, or lower io_memory_bytes_per_shard)"
+            "the memlock limit is below the shards' I/O memory: some shards' buffers may stay unregistered (raise `ulimit -l`, or lower io_memory_bytes_per_shard)"
         ),
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "cannot read the memlock limit"),
