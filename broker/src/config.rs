@@ -62,6 +62,13 @@ pub struct BrokerConfig {
     /// fresh heap buffer fault in again and are unmapped when freed. Default
     /// 64 MiB, 64 KiB..=`IO_MEMORY_BYTES_PER_SHARD_MAX`.
     pub io_memory_bytes_per_shard: usize,
+    /// Threads each shard keeps for blocking file work: creating partition
+    /// directories, writing and fsyncing checkpoints, removing files. The
+    /// threads mostly wait on the disk; several let the file system commit
+    /// many partitions' fsyncs together, which is what makes creating,
+    /// opening and closing thousands of partitions fast. Default 64,
+    /// 1..=`BLOCKING_THREADS_PER_SHARD_MAX`.
+    pub blocking_threads_per_shard: usize,
     /// Controller endpoints (HOST:PORT) of the cluster's quorum. Default
     /// empty: the broker then runs its own one-voter controller in-process.
     pub controllers: Vec<String>,
@@ -238,6 +245,9 @@ pub const CLEANER_MEMORY_BYTES_MAX: usize = 16 << 30;
 /// that keeps a typo from pinning the host's memory.
 pub const IO_MEMORY_BYTES_PER_SHARD_MIN: usize = 64 << 10;
 pub const IO_MEMORY_BYTES_PER_SHARD_MAX: usize = 16 << 30;
+/// Ceiling of `blocking_threads_per_shard`: past it more threads only queue
+/// on the same disk.
+pub const BLOCKING_THREADS_PER_SHARD_MAX: usize = 256;
 
 impl Default for CleanerConfig {
     fn default() -> CleanerConfig {
@@ -292,6 +302,7 @@ pub struct FileConfig {
     pub mesh_queue_max: Option<usize>,
     pub idle_spin_us: Option<u64>,
     pub io_memory_bytes_per_shard: Option<usize>,
+    pub blocking_threads_per_shard: Option<usize>,
     /// Comma-separated controller endpoints.
     pub controller: Option<String>,
     pub embedded_controller_listen: Option<String>,
@@ -352,6 +363,9 @@ impl FileConfig {
             io_memory_bytes_per_shard: overrides
                 .io_memory_bytes_per_shard
                 .or(self.io_memory_bytes_per_shard),
+            blocking_threads_per_shard: overrides
+                .blocking_threads_per_shard
+                .or(self.blocking_threads_per_shard),
             controller: overrides.controller.or(self.controller),
             embedded_controller_listen: overrides
                 .embedded_controller_listen
@@ -469,6 +483,7 @@ impl BrokerConfig {
             mesh_queue_max: file.mesh_queue_max.unwrap_or(1024),
             idle_spin_us: file.idle_spin_us.unwrap_or(0),
             io_memory_bytes_per_shard: file.io_memory_bytes_per_shard.unwrap_or(64 << 20),
+            blocking_threads_per_shard: file.blocking_threads_per_shard.unwrap_or(64),
             controllers: parse_controllers(file.controller.as_deref())?,
             embedded_controller_listen,
             replica_lag_time_max_ms: file.replica_lag_time_max_ms.unwrap_or(10_000),
@@ -490,6 +505,12 @@ impl BrokerConfig {
                 format!(
                     "must be within {IO_MEMORY_BYTES_PER_SHARD_MIN}..={IO_MEMORY_BYTES_PER_SHARD_MAX}"
                 ),
+            );
+        }
+        if !(1..=BLOCKING_THREADS_PER_SHARD_MAX).contains(&self.blocking_threads_per_shard) {
+            return bad(
+                "blocking_threads_per_shard",
+                format!("must be within 1..={BLOCKING_THREADS_PER_SHARD_MAX}"),
             );
         }
         if !(CLEANER_MEMORY_BYTES_MIN..=CLEANER_MEMORY_BYTES_MAX)

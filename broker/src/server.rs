@@ -70,17 +70,16 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     let mesh_queue_max = config.mesh_queue_max;
     tracing::info!(node_id = config.node_id, listen = %config.listen, shards = config.cores, data_dir = %dir, controllers = ?config.controllers, "starting broker");
     let idle_spin = Duration::from_micros(config.idle_spin_us);
-    let results = shards::run_shards(
-        &cpus,
+    let options = shards::ExecutorOptions {
         mesh_queue_max,
         idle_spin,
-        config.io_memory_bytes_per_shard,
-        stop,
-        move |ctx| {
-            let config = config.clone();
-            async move { run_shard(ctx, config).await }
-        },
-    )
+        io_memory_bytes: config.io_memory_bytes_per_shard,
+        blocking_threads: config.blocking_threads_per_shard,
+    };
+    let results = shards::run_shards(&cpus, options, stop, move |ctx| {
+        let config = config.clone();
+        async move { run_shard(ctx, config).await }
+    })
     .map_err(ServerError::Start)?;
     if let Some(embedded) = embedded {
         embedded

@@ -259,3 +259,60 @@ fn a_new_partition_directory_is_durable() {
         log.close().await.unwrap();
     });
 }
+
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().ino()
+}
+
+// A clean shutdown's checkpoint already vouches for every byte, so reopening
+// rewrites nothing (a restart of thousands of partitions is mostly these
+// fsyncs); the marker is gone for good before the log takes appends, so a
+// crash after them rescans the tail.
+#[test]
+fn a_clean_reopen_keeps_the_checkpoint_and_a_later_crash_rescans() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), config(), 100, 1_000, true);
+    let point = dir.path().join("recovery-point");
+    let before = (inode(&point), std::fs::read(&point).unwrap());
+    run(async {
+        let clock = Rc::new(ManualClock::new(2_000));
+        let log = open(dir.path(), config(), &clock).await;
+        assert_eq!(log.log_end_offset(), Offset(400));
+        assert_eq!(log.recovery_point(), Offset(400));
+        assert!(!dir.path().join("clean-shutdown").exists());
+        assert_eq!((inode(&point), std::fs::read(&point).unwrap()), before);
+        let info = log
+            .append(&batch(500, 4, 3_000, 1_000), LeaderEpoch(1))
+            .await
+            .unwrap();
+        log.wait_for_ack(info.log_end_offset).await.unwrap();
+        // Dropped without close: a crash.
+    });
+    run(async {
+        let clock = Rc::new(ManualClock::new(4_000));
+        let log = open(dir.path(), config(), &clock).await;
+        assert_eq!(log.log_end_offset(), Offset(404));
+        log.check_invariants();
+        // Not clean: the checkpoint is written again for the rescanned tail.
+        assert_ne!(inode(&point), before.0);
+        log.close().await.unwrap();
+    });
+}
+
+// An unclean reopen whose checkpoint lags the log syncs the rescanned bytes
+// and moves the checkpoint up to the log end.
+#[test]
+fn an_unclean_reopen_moves_the_checkpoint_to_the_log_end() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), config(), 100, 1_000, false);
+    run(async {
+        let clock = Rc::new(ManualClock::new(2_000));
+        let log = open(dir.path(), config(), &clock).await;
+        assert_eq!(log.log_end_offset(), Offset(400));
+        assert_eq!(log.recovery_point(), Offset(400));
+        let text = std::fs::read_to_string(dir.path().join("recovery-point")).unwrap();
+        assert_eq!(text.lines().nth(1), Some("400"), "{text}");
+        log.close().await.unwrap();
+    });
+}

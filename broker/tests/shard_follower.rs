@@ -125,9 +125,12 @@ where
     let config = Arc::new(std::sync::Mutex::new(Some((*config).clone())));
     let outputs = broker::runtime::shards::run_shards::<MeshMessage, _, _, _>(
         &[0],
-        16,
-        Duration::ZERO,
-        broker::runtime::IO_MEMORY_BYTES,
+        broker::runtime::shards::ExecutorOptions {
+            mesh_queue_max: 16,
+            idle_spin: Duration::ZERO,
+            io_memory_bytes: broker::runtime::IO_MEMORY_BYTES,
+            blocking_threads: 1,
+        },
         Arc::new(AtomicBool::new(false)),
         move |ctx| {
             let (test, config) = (test.clone(), config.clone());

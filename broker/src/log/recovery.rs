@@ -19,11 +19,13 @@ use super::segment::{
     TIME_INDEX_SUFFIX,
 };
 use super::tail::Tail;
-use crate::runtime::{DirectFile, DIRECT_IO_ALIGNMENT_BYTES};
+use crate::runtime::{self, DirectFile, DIRECT_IO_ALIGNMENT_BYTES};
 
 #[derive(Debug)]
 pub(super) struct Recovered {
     pub segments: VecDeque<Segment>,
+    /// The recovery point the directory's checkpoint held, if any.
+    pub recovery_point: Option<Offset>,
 }
 
 /// A segment rebuilt by a full scan, and where its valid bytes ended if they
@@ -36,9 +38,20 @@ pub(super) struct Rebuilt {
 
 pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogResult<Recovered> {
     super::swap::recover_swaps(dir).await?;
-    let bases = list_segments(dir)?;
-    let clean = checkpoint::take_clean_shutdown(dir).map_err(|e| LogError::io(dir, e))?;
-    let recovery_point = checkpoint::read_recovery_point(dir).map_err(|e| LogError::io(dir, e))?;
+    // Directory listing and the marker's removal (with its directory fsync)
+    // block: they run on the blocking threads, so a shard opening thousands
+    // of partitions keeps serving and overlaps their fsyncs.
+    let (bases, clean, recovery_point) = {
+        let dir = dir.to_path_buf();
+        runtime::blocking(move || -> LogResult<_> {
+            let bases = list_segments(&dir)?;
+            let clean = checkpoint::take_clean_shutdown(&dir).map_err(|e| LogError::io(&dir, e))?;
+            let recovery_point =
+                checkpoint::read_recovery_point(&dir).map_err(|e| LogError::io(&dir, e))?;
+            Ok((bases, clean, recovery_point))
+        })
+        .await?
+    };
     let mut segments: VecDeque<Segment> = VecDeque::new();
     for (i, &base) in bases.iter().enumerate() {
         if let Some(previous) = segments.back() {
@@ -118,7 +131,10 @@ pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogR
     if last.tail.is_none() {
         activate(dir, last, config).await?;
     }
-    Ok(Recovered { segments })
+    Ok(Recovered {
+        segments,
+        recovery_point,
+    })
 }
 
 fn list_segments(dir: &Path) -> LogResult<Vec<Offset>> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use glommio::channels::channel_mesh::{MeshBuilder, Receivers, Senders};
 use glommio::channels::shared_channel::ConnectedReceiver;
-use glommio::{LocalExecutorBuilder, Placement};
+use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
 
 /// What a shard's root future receives.
 #[derive(Debug)]
@@ -121,13 +121,24 @@ fn warn_if_io_memory_stays_unregistered(io_memory_bytes: usize, shard_count: usi
     }
 }
 
+/// How each shard's executor is set up.
+#[derive(Clone, Copy, Debug)]
+pub struct ExecutorOptions {
+    /// Bound of each shard-to-shard queue.
+    pub mesh_queue_max: usize,
+    /// How long an idle shard spins before parking.
+    pub idle_spin: Duration,
+    /// Aligned I/O memory set aside per shard.
+    pub io_memory_bytes: usize,
+    /// Threads per shard for blocking file work (`runtime::blocking`).
+    pub blocking_threads: usize,
+}
+
 /// Runs `root` on `cpus.len()` executors, shard `i` pinned to `cpus[i]`, and
 /// returns their outputs once all have finished.
 pub fn run_shards<T, F, Fut, R>(
     cpus: &[usize],
-    mesh_queue_max: usize,
-    idle_spin: Duration,
-    io_memory_bytes: usize,
+    options: ExecutorOptions,
     stop: Arc<AtomicBool>,
     root: F,
 ) -> io::Result<Vec<R>>
@@ -137,6 +148,13 @@ where
     Fut: Future<Output = R> + 'static,
     R: Send + 'static,
 {
+    assert!(options.blocking_threads >= 1);
+    let ExecutorOptions {
+        mesh_queue_max,
+        idle_spin,
+        io_memory_bytes,
+        blocking_threads,
+    } = options;
     let shard_count = cpus.len();
     warn_if_io_memory_stays_unregistered(io_memory_bytes, shard_count);
     let nudger = super::nudge::Nudger::start(shard_count)?;
@@ -148,6 +166,9 @@ where
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{shard_id}"))
             .io_memory(io_memory_bytes)
+            // Unpinned: these threads sleep in fsync and mkdir, and the
+            // scheduler may run them on whichever core is idle.
+            .blocking_thread_pool_placement(PoolPlacement::Unbound(blocking_threads))
             // Spinning before parking cuts wake-up latency but burns the core;
             // off by default so a broker sharing cores with clients does not starve them.
             .spin_before_park(idle_spin)

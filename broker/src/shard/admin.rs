@@ -43,8 +43,16 @@ impl Shard {
         if !valid.is_empty() {
             let forwarded = controller_link::forward_create(self, &valid).await;
             let created = merge_outcomes(&mut outcomes, forwarded);
-            self.await_view(|view| created.iter().all(|name| view.topic(name).is_some()))
+            let served = self
+                .await_view(|view| created.iter().all(|name| view.topic(name).is_some()))
                 .await;
+            if !served {
+                time_out(
+                    &mut outcomes,
+                    &created,
+                    "created, but not yet served by every shard of this broker",
+                );
+            }
         }
         outcomes
     }
@@ -64,8 +72,16 @@ impl Shard {
         }
         let forwarded = controller_link::forward_delete(self, &names).await;
         let deleted = merge_outcomes(&mut outcomes, forwarded);
-        self.await_view(|view| deleted.iter().all(|name| view.topic(name).is_none()))
+        let removed = self
+            .await_view(|view| deleted.iter().all(|name| view.topic(name).is_none()))
             .await;
+        if !removed {
+            time_out(
+                &mut outcomes,
+                &deleted,
+                "deleted, but not yet removed from every shard of this broker",
+            );
+        }
         outcomes
     }
 
@@ -117,27 +133,39 @@ impl Shard {
             let forwarded = controller_link::forward_alter_configs(self, &valid).await;
             let altered = merge_outcomes(&mut outcomes, forwarded);
             expected.retain(|(name, _)| altered.contains(name));
-            self.await_view(|view| {
-                expected
-                    .iter()
-                    .all(|(name, config)| view.topic(name).is_some_and(|t| &t.config == config))
-            })
-            .await;
+            let applied = self
+                .await_view(|view| {
+                    expected
+                        .iter()
+                        .all(|(name, config)| view.topic(name).is_some_and(|t| &t.config == config))
+                })
+                .await;
+            if !applied {
+                time_out(
+                    &mut outcomes,
+                    &altered,
+                    "altered, but not yet applied by every shard of this broker",
+                );
+            }
         }
         outcomes
     }
 
-    /// Waits, bounded, until `done` holds for this shard's view and its
-    /// replicas match that view. Shard 0 applies an update last, so then
-    /// every shard has it.
-    pub(super) async fn await_view(&self, done: impl Fn(&ClusterView) -> bool) {
+    /// Waits, bounded by `TOPIC_PROPAGATION_MS_MAX`, until `done` holds for
+    /// this shard's view and its replicas match that view; false when the
+    /// bound passed first. Shard 0 applies an update last, so then every
+    /// shard has it.
+    pub(super) async fn await_view(&self, done: impl Fn(&ClusterView) -> bool) -> bool {
         let deadline = self.clock.monotonic() + Duration::from_millis(TOPIC_PROPAGATION_MS_MAX);
-        while self.clock.monotonic() < deadline {
+        loop {
             {
                 let view = self.view.borrow();
                 if done(&view) && self.reconciled_version.get() >= view.version.0 {
-                    return;
+                    return true;
                 }
+            }
+            if self.clock.monotonic() >= deadline {
+                return false;
             }
             runtime::sleep(Duration::from_millis(2)).await;
         }
@@ -227,6 +255,19 @@ fn internal_topic_refused(name: &str) -> OpError {
         ErrorCode::PolicyViolation,
         format!("{name} is internal: the brokers create it, set its configs and never delete it"),
     )
+}
+
+/// Answers REQUEST_TIMED_OUT for `names`, which the controller accepted but
+/// this broker does not serve as changed yet: as Kafka's CreateTopics past
+/// its timeout, the change still completes, and a retry or a metadata
+/// request shows when.
+fn time_out(outcomes: &mut [TopicOutcome], names: &[String], what: &str) {
+    for outcome in outcomes.iter_mut().filter(|o| names.contains(&o.name)) {
+        outcome.error = Some(OpError::new(
+            ErrorCode::RequestTimedOut,
+            format!("{what} after {TOPIC_PROPAGATION_MS_MAX} ms; the change goes on"),
+        ));
+    }
 }
 
 /// Puts the controller's answers for the forwarded topics into `outcomes`;

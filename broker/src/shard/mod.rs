@@ -70,9 +70,11 @@ pub use crate::replication::role::Role;
 
 /// The shard that talks to the controller and forwards topic admin.
 pub const METADATA_SHARD: usize = 0;
-/// How long a forwarded topic creation or deletion waits for the broker's own
-/// metadata to show it before answering.
-pub const TOPIC_PROPAGATION_MS_MAX: u64 = 5_000;
+/// How long a forwarded topic creation, deletion or config change waits for
+/// every shard of this broker to serve it before answering REQUEST_TIMED_OUT
+/// (the change goes on). Below clients' usual 30 s request timeout; a topic
+/// of 10 000 partitions takes a few seconds on one disk.
+pub const TOPIC_PROPAGATION_MS_MAX: u64 = 20_000;
 /// The file in a partition directory naming the topic id it belongs to, so a
 /// re-created topic of the same name never adopts an old topic's data.
 pub const TOPIC_ID_FILE: &str = "topic.id";
@@ -262,11 +264,13 @@ impl Shard {
         BrokerId(u32::try_from(self.config.node_id).expect("node id validated >= 0"))
     }
 
-    /// Whether the metadata holds this broker's current registration.
+    /// Whether the metadata holds this broker's current registration and
+    /// this shard serves the metadata it holds.
     pub fn has_caught_up(&self) -> bool {
-        self.view
-            .borrow()
-            .knows_registration(self.broker_id(), self.broker_epoch.get())
+        let view = self.view.borrow();
+        // On shard 0, reconciled means every shard opened its replicas.
+        view.knows_registration(self.broker_id(), self.broker_epoch.get())
+            && self.reconciled_version.get() >= view.version.0
     }
 
     pub fn is_serving(&self) -> bool {
@@ -349,13 +353,27 @@ impl Shard {
             .collect()
     }
 
-    /// Flushes and closes every log (graceful shutdown).
-    pub async fn close_all(&self) {
-        for (key, replica) in self.replica_list() {
-            if let Err(e) = replica.log.close().await {
-                tracing::error!(error = %e, topic = %key.topic, partition = key.partition, "closing log failed");
+    /// Flushes and closes every log (graceful shutdown). Closing is mostly
+    /// waiting on fsyncs, so logs close `REPLICA_OPENS_IN_FLIGHT_MAX` at a
+    /// time and the file system commits their syncs together.
+    pub async fn close_all(self: &Rc<Self>) {
+        let replicas = self.replica_list();
+        for group in replicas.chunks(reconcile::REPLICA_OPENS_IN_FLIGHT_MAX) {
+            let closes: Vec<_> = group
+                .iter()
+                .map(|(key, replica)| {
+                    let (key, replica) = (key.clone(), replica.clone());
+                    runtime::spawn(async move {
+                        if let Err(e) = replica.log.close().await {
+                            tracing::error!(error = %e, topic = %key.topic, partition = key.partition, "closing log failed");
+                        }
+                        replica.epoch_saver.flushed().await;
+                    })
+                })
+                .collect();
+            for close in closes {
+                close.await;
             }
-            replica.epoch_saver.flushed().await;
         }
     }
 

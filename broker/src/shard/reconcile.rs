@@ -15,9 +15,13 @@ use crate::partition::PartitionKey;
 use crate::runtime;
 
 impl Shard {
-    /// Shard 0 only: applies a controller update on every other shard, then
-    /// here. The update is checked against a copy first, so a bad one is
-    /// refused before any shard changes.
+    /// Shard 0 only: applies a controller update on every shard. The update
+    /// is checked against a copy first, so a bad one is refused before any
+    /// shard changes. Shard 0 applies it alongside the others (opening
+    /// thousands of replicas takes each shard seconds) but counts it as
+    /// reconciled only once every other shard has: an admin request waiting
+    /// on shard 0's `reconciled_version`, or the heartbeat asking to be
+    /// unfenced, then knows every shard serves the update.
     pub async fn publish_metadata(self: Rc<Self>, update: MetadataUpdate) -> Result<(), ViewError> {
         assert_eq!(self.id, METADATA_SHARD, "metadata arrives on shard 0");
         let mut next = self.view.borrow().clone();
@@ -40,12 +44,15 @@ impl Shard {
                 })
             })
             .collect();
+        let version = {
+            let _gate = self.apply_gate.enter().await;
+            *self.view.borrow_mut() = next;
+            self.after_view_change(broker_epoch).await
+        };
         for call in calls {
             call.await;
         }
-        let _gate = self.apply_gate.enter().await;
-        *self.view.borrow_mut() = next;
-        self.after_view_change(broker_epoch).await;
+        self.reconciled_version.set(version);
         Ok(())
     }
 
@@ -59,17 +66,18 @@ impl Shard {
                 self.id
             );
         }
-        self.after_view_change(broker_epoch).await;
+        let version = self.after_view_change(broker_epoch).await;
+        self.reconciled_version.set(version);
     }
 
     /// With the apply gate held: replicas, fetchers and serving follow the
-    /// view just installed.
-    pub(super) async fn after_view_change(self: &Rc<Self>, broker_epoch: u64) {
+    /// view just installed. Returns the view's version, which the caller
+    /// records as reconciled when it may.
+    pub(super) async fn after_view_change(self: &Rc<Self>, broker_epoch: u64) -> u64 {
         self.reconcile().await;
         self.ensure_fetchers();
         self.sync_hosted::<crate::group::coordinator::GroupCoordinator>();
         self.sync_hosted::<crate::txn::coordinator::TxnCoordinator>();
-        self.reconciled_version.set(self.view.borrow().version.0);
         let me = self.broker_id();
         if !self.is_serving()
             && self
@@ -79,11 +87,12 @@ impl Shard {
         {
             self.serving.advance(1);
         }
+        self.view.borrow().version.0
     }
 
     /// Makes this shard's replicas match the view: opens replicas placed
     /// here, updates roles, and removes replicas of deleted topics.
-    pub(super) async fn reconcile(&self) {
+    pub(super) async fn reconcile(self: &Rc<Self>) {
         let (wanted, unusable) = desired_replicas(
             &self.view.borrow(),
             &self.config.log,
@@ -103,44 +112,68 @@ impl Shard {
         for key in gone {
             self.remove_replica(&key).await;
         }
+        let mut to_open = Vec::new();
         for (key, desired) in wanted {
-            let DesiredReplica {
-                topic_id,
-                role,
-                log_config,
-            } = desired;
             let existing = self.replicas.borrow().get(&key).cloned();
-            match existing {
-                Some(replica) => {
-                    if replica.log.config() != log_config {
-                        match replica.log.set_config(log_config) {
-                            Ok(()) => {
-                                tracing::info!(topic = %key.topic, partition = key.partition, "topic config applied")
-                            }
-                            Err(e) => {
-                                tracing::error!(topic = %key.topic, partition = key.partition, error = %e, "topic config refused; keeping the previous one")
-                            }
-                        }
+            let Some(replica) = existing else {
+                to_open.push((key, desired));
+                continue;
+            };
+            if replica.log.config() != desired.log_config {
+                match replica.log.set_config(desired.log_config) {
+                    Ok(()) => {
+                        tracing::info!(topic = %key.topic, partition = key.partition, "topic config applied")
                     }
-                    self.set_role(&key, &replica, role)
+                    Err(e) => {
+                        tracing::error!(topic = %key.topic, partition = key.partition, error = %e, "topic config refused; keeping the previous one")
+                    }
                 }
-                None => match self.open_replica(&key, topic_id, log_config).await {
+            }
+            self.set_role(&key, &replica, desired.role)
+        }
+        // Opening a replica is mostly waiting on fsyncs of its new files and
+        // directory; opened together, the file system commits many of them
+        // at once. Results are taken in key order, so a seed replays exactly.
+        for group in to_open.chunks(REPLICA_OPENS_IN_FLIGHT_MAX) {
+            let opens: Vec<_> = group
+                .iter()
+                .map(|(key, desired)| {
+                    let (shard, key) = (self.clone(), key.clone());
+                    let (topic_id, log_config) = (desired.topic_id, desired.log_config.clone());
+                    runtime::spawn(
+                        async move { shard.open_replica(&key, topic_id, log_config).await },
+                    )
+                })
+                .collect();
+            for ((key, desired), open) in group.iter().zip(opens) {
+                match open.await {
                     Ok(log) => {
-                        let replica = Rc::new(Replica::new(self.broker_id(), topic_id, log, &role));
+                        let replica = Rc::new(Replica::new(
+                            self.broker_id(),
+                            desired.topic_id,
+                            log,
+                            &desired.role,
+                        ));
                         self.replicas
                             .borrow_mut()
                             .insert(key.clone(), replica.clone());
-                        self.set_role(&key, &replica, role);
+                        self.set_role(key, &replica, desired.role.clone());
                     }
                     Err(e) => {
                         self.metrics.on_storage_error();
                         tracing::error!(topic = %key.topic, partition = key.partition, error = %e, "cannot open replica");
                     }
-                },
+                }
             }
         }
     }
 }
+
+/// Replicas a shard opens at once when metadata places many on it (a topic
+/// of thousands of partitions, or a restart): enough to fill the blocking
+/// threads, few enough that one update does not hold thousands of files and
+/// buffers half-open.
+pub const REPLICA_OPENS_IN_FLIGHT_MAX: usize = 256;
 
 /// A replica the metadata places on this shard, as it should be.
 #[derive(Clone, Debug, PartialEq)]
