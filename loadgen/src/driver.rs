@@ -81,6 +81,9 @@ const PRODUCE_TIMEOUT_MS: i32 = 8_000;
 /// The client's bound on any request: a silent (paused, partitioned) broker
 /// costs at most this before the request is retried elsewhere.
 pub(crate) const REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// Time the topic creation may take: above the broker's own bound on
+/// waiting for every shard to serve a new topic (20 s).
+const CREATE_TOPIC_TIMEOUT_MS: u64 = 30_000;
 /// Bound on one broker's metadata answer before the next is asked.
 const METADATA_TIMEOUT_MS: u64 = 1_000;
 /// How long consumers keep asking for a partition's start position while its
@@ -184,7 +187,19 @@ pub fn run_blocking(config: RunConfig, threads: usize) -> anyhow::Result<RunOutc
 }
 
 async fn ensure_topic(config: &RunConfig, cluster: &Cluster) -> anyhow::Result<()> {
-    let admin = Admin::from_cluster(cluster.clone());
+    // A broker answers a creation once every shard serves it, which for
+    // thousands of partitions takes longer than a produce may.
+    let admin_cluster = Cluster::connect(
+        &config.bootstrap.join(","),
+        ClientConfig {
+            request_timeout_ms: CREATE_TOPIC_TIMEOUT_MS,
+            metadata_timeout_ms: METADATA_TIMEOUT_MS,
+            ..ClientConfig::default()
+        },
+    )
+    .await
+    .context("connecting to the cluster")?;
+    let admin = Admin::from_cluster(admin_cluster);
     let exists = admin
         .list_topics()
         .await?
@@ -204,6 +219,12 @@ async fn ensure_topic(config: &RunConfig, cluster: &Cluster) -> anyhow::Result<(
             Ok(()) => {}
             Err(client::ClientError::Broker {
                 code: ErrorCode::TopicAlreadyExists,
+                ..
+            }) => {}
+            // Accepted, still opening on some shard (thousands of
+            // partitions): the metadata wait below sees it through.
+            Err(client::ClientError::Broker {
+                code: ErrorCode::RequestTimedOut,
                 ..
             }) => {}
             Err(e) => return Err(e).context("creating the topic"),

@@ -191,7 +191,9 @@ struct RunArgs {
     /// Seed for keys and payloads [default: from the clock, reported].
     #[arg(long)]
     seed: Option<u64>,
-    /// Preset: 1m-500b (1M msgs/s of 500 B for 30 s); flags override it.
+    /// Preset: 1m-500b (1M msgs/s of 500 B for 30 s), max-rate (searches the
+    /// highest rate producers sustain) or many-partitions (1M msgs/s over
+    /// 10 000 partitions); flags override it.
     #[arg(long)]
     scenario: Option<Scenario>,
     /// Record the acked/consumed history and check it at the end.

@@ -124,6 +124,11 @@ pub enum Scenario {
     /// searched in steps (`max_rate`); `--rate` is the first step's rate.
     #[serde(rename = "max-rate")]
     MaxRate,
+    /// 1M msgs/s of 500 B spread by key over a topic of 10 000 partitions
+    /// (5 000 per shard on two cores): the broker's per-partition costs
+    /// (memory, open files, fsyncs, one batch per partition per linger).
+    #[serde(rename = "many-partitions")]
+    ManyPartitions,
 }
 
 impl FromStr for Scenario {
@@ -133,7 +138,10 @@ impl FromStr for Scenario {
         match input {
             "1m-500b" => Ok(Scenario::OneMillion500B),
             "max-rate" => Ok(Scenario::MaxRate),
-            _ => Err(format!("{input:?}: known scenarios: 1m-500b, max-rate")),
+            "many-partitions" => Ok(Scenario::ManyPartitions),
+            _ => Err(format!(
+                "{input:?}: known scenarios: 1m-500b, max-rate, many-partitions"
+            )),
         }
     }
 }
@@ -143,6 +151,7 @@ impl Scenario {
         match self {
             Scenario::OneMillion500B => "1m-500b",
             Scenario::MaxRate => "max-rate",
+            Scenario::ManyPartitions => "many-partitions",
         }
     }
 
@@ -187,6 +196,28 @@ impl Scenario {
                     ("retention.bytes".to_string(), (512u64 << 20).to_string()),
                     ("segment.bytes".to_string(), (128u64 << 20).to_string()),
                 ],
+                ..RunFlags::default()
+            },
+            // As 1m-500b, over 10 000 partitions: a million distinct keys
+            // reach every partition, 100 msgs/s each, so most batches close
+            // on linger with a few records. Shorter than 1m-500b, so the
+            // run writes at most ~12 GB.
+            Scenario::ManyPartitions => RunFlags {
+                topic: Some("bench-many-partitions".to_string()),
+                partitions: Some(10_000),
+                replication_factor: Some(1),
+                message_size_bytes: Some(500),
+                rate_msgs_per_s: Some(1_000_000),
+                duration_ms: Some(20_000),
+                warmup_ms: Some(5_000),
+                producers: Some(2),
+                consumers: Some(2),
+                acks: Some(Acks::Leader),
+                batch_bytes: Some(64 * 1024),
+                linger_ms: Some(10),
+                keys: Some(KeySpec::Uniform {
+                    keys_count: 1_000_000,
+                }),
                 ..RunFlags::default()
             },
         }
@@ -740,6 +771,23 @@ mod tests {
         );
     }
 
+    // many-partitions spreads a million keys over 10 000 partitions, so keyed
+    // hashing reaches every partition.
+    #[test]
+    fn many_partitions_preset_reaches_every_partition() {
+        let flags = RunFlags {
+            scenario: Some(Scenario::ManyPartitions),
+            ..RunFlags::default()
+        };
+        let config = RunConfig::resolve(flags, 1).unwrap();
+        assert_eq!(config.partitions, 10_000);
+        assert_eq!(config.rate_msgs_per_s, 1_000_000);
+        let KeySpec::Uniform { keys_count } = config.keys else {
+            panic!("keys {:?}", config.keys);
+        };
+        assert!(keys_count >= 100 * u64::from(config.partitions));
+    }
+
     // Each bad field is reported with its flag name.
     #[test]
     fn rejects_bad_fields_by_flag() {
@@ -915,5 +963,17 @@ mod tests {
         assert_eq!("zstd".parse::<Compression>().unwrap(), Compression::Zstd);
         assert!("gzip".parse::<Compression>().is_err());
         assert!("2m-1kb".parse::<Scenario>().is_err());
+        for scenario in [
+            Scenario::OneMillion500B,
+            Scenario::MaxRate,
+            Scenario::ManyPartitions,
+        ] {
+            assert_eq!(scenario.name().parse::<Scenario>().unwrap(), scenario);
+            assert_eq!(
+                serde_json::to_value(scenario).unwrap(),
+                scenario.name(),
+                "the report names a scenario as the flag does"
+            );
+        }
     }
 }
