@@ -340,9 +340,17 @@ pub fn min_insync(config: &BTreeMap<String, String>) -> usize {
         .max(1)
 }
 
+/// Directory holding every partition replica under the data dir. The broker
+/// creates it durably before any shard starts, so shards opening replicas
+/// at once never race to create it (one of them would find it present and
+/// return before the other made its entry durable).
+pub fn topics_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("topics")
+}
+
 /// Directory of one partition replica under the data dir.
 pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
-    data_dir.join("topics").join(format!("{topic}-{partition}"))
+    topics_dir(data_dir).join(format!("{topic}-{partition}"))
 }
 
 #[cfg(test)]

@@ -43,10 +43,12 @@ pub enum ServerError {
 /// Runs the broker until a stop signal; returns once every shard closed cleanly.
 pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     let dir = config.data_dir.display().to_string();
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| ServerError::DataDir {
-        path: dir.clone(),
-        source,
-    })?;
+    crate::log::create_dir_durably(&crate::cluster_view::topics_dir(&config.data_dir)).map_err(
+        |source| ServerError::DataDir {
+            path: dir.clone(),
+            source,
+        },
+    )?;
     let lock = std::fs::File::create(config.data_dir.join("broker.lock")).map_err(|source| {
         ServerError::DataDir {
             path: dir.clone(),

@@ -151,18 +151,24 @@ impl Shard {
         outcomes
     }
 
-    /// Waits, bounded by `TOPIC_PROPAGATION_MS_MAX`, until `done` holds for
-    /// this shard's view and its replicas match that view; false when the
-    /// bound passed first. Shard 0 applies an update last, so then every
-    /// shard has it.
+    /// Shard 0: waits, bounded by `TOPIC_PROPAGATION_MS_MAX`, until `done`
+    /// holds for the view and every shard has reconciled the first version
+    /// that showed it; false when the bound passed first. Waiting on that
+    /// first version, not on the latest, keeps later metadata updates (which
+    /// shard 0 installs before the other shards apply them) from holding the
+    /// answer back.
     pub(super) async fn await_view(&self, done: impl Fn(&ClusterView) -> bool) -> bool {
         let deadline = self.clock.monotonic() + Duration::from_millis(TOPIC_PROPAGATION_MS_MAX);
+        let mut shown_at: Option<u64> = None;
         loop {
-            {
+            if shown_at.is_none() {
                 let view = self.view.borrow();
-                if done(&view) && self.reconciled_version.get() >= view.version.0 {
-                    return true;
+                if done(&view) {
+                    shown_at = Some(view.version.0);
                 }
+            }
+            if shown_at.is_some_and(|version| self.reconciled_version.get() >= version) {
+                return true;
             }
             if self.clock.monotonic() >= deadline {
                 return false;
@@ -241,10 +247,16 @@ impl Shard {
         if self.view.borrow().topic(&spec.name).is_some() {
             return Ok(());
         }
+        let spec_name = spec.name.clone();
         let outcome = self.create_topics_checked(vec![spec], true).await;
         match outcome.into_iter().next().and_then(|o| o.error) {
             None => Ok(()),
             Some(e) if e.code == ErrorCode::TopicAlreadyExists => Ok(()),
+            // The topic is on its way: clients retry a missing coordinator.
+            Some(e) if e.code == ErrorCode::RequestTimedOut => Err(OpError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("{} is being created: {}", spec_name, e.message),
+            )),
             Some(e) => Err(e),
         }
     }

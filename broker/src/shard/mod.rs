@@ -116,8 +116,12 @@ pub struct Shard {
     admin_gate: SerialGate,
     /// Serialises applying metadata and reconciling replicas.
     apply_gate: SerialGate,
-    /// The view version whose replicas are all reconciled.
+    /// The view version whose replicas are all reconciled (on shard 0: on
+    /// every shard).
     reconciled_version: Cell<u64>,
+    /// The registration epoch and the first view version that showed it:
+    /// the broker is caught up once that version is reconciled.
+    registration_seen: Cell<Option<(u64, u64)>>,
     /// This broker's registration epoch: on shard 0 as the session learns
     /// it, on every other shard as shard 0 passes it with each metadata
     /// update; 0 before the first registration.
@@ -171,6 +175,7 @@ impl Shard {
             admin_gate: SerialGate::new(),
             apply_gate: SerialGate::new(),
             reconciled_version: Cell::new(0),
+            registration_seen: Cell::new(None),
             broker_epoch: Cell::new(0),
             controller_hint: RefCell::new(None),
             serving: Watermark::new(0),
@@ -267,10 +272,23 @@ impl Shard {
     /// Whether the metadata holds this broker's current registration and
     /// this shard serves the metadata it holds.
     pub fn has_caught_up(&self) -> bool {
-        let view = self.view.borrow();
-        // On shard 0, reconciled means every shard opened its replicas.
-        view.knows_registration(self.broker_id(), self.broker_epoch.get())
-            && self.reconciled_version.get() >= view.version.0
+        let epoch = self.broker_epoch.get();
+        let seen_at = match self.registration_seen.get() {
+            Some((seen_epoch, version)) if seen_epoch == epoch => version,
+            _ => {
+                let view = self.view.borrow();
+                if !view.knows_registration(self.broker_id(), epoch) {
+                    return false;
+                }
+                self.registration_seen.set(Some((epoch, view.version.0)));
+                view.version.0
+            }
+        };
+        // Not the latest version: shard 0 installs each update before the
+        // other shards apply it, so under steady metadata churn the latest
+        // would never be reconciled when asked. On shard 0, reconciled means
+        // every shard opened its replicas.
+        self.reconciled_version.get() >= seen_at
     }
 
     pub fn is_serving(&self) -> bool {
