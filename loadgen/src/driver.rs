@@ -270,17 +270,25 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
         .await
         .context("connecting the consumers")?;
     let consumer_refresher = MetadataRefresher::new(consumer_cluster.clone());
-    // Consumers are at the log end (and groups stable) before any producer sends.
+    // Consumers are at the log end (and groups stable) before any producer
+    // sends; with `catch_up` they read from there once the warmup is over.
+    let (open_gate, gate) = tokio::sync::watch::channel(!config.catch_up);
     let consumers = Consumers::start(
         &config,
         &consumer_cluster,
         &consumer_refresher,
         &consumer_stats,
         &counters,
+        &gate,
     )
     .await?;
 
     let start_ns = clock.now_ns();
+    let warmup = Duration::from_millis(config.warmup_ms);
+    tokio::spawn(async move {
+        tokio::time::sleep(warmup).await;
+        open_gate.send_replace(true);
+    });
     let warmup_end_ns = start_ns + config.warmup_ms * 1_000_000;
     let end_ns = warmup_end_ns + config.duration_ms * 1_000_000;
     let gaps = Arc::new(AckGaps::new(config.partitions as usize, start_ns));
@@ -385,26 +393,32 @@ enum Consumers {
     Assigned {
         tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
         stop: Arc<AtomicBool>,
-        consumed: Option<History>,
+        /// One history per logical group, with `verify`.
+        consumed: Vec<History>,
+        /// Logical groups, each reading the whole topic.
+        groups: u64,
     },
     Groups(GroupConsumers),
 }
 
 /// What the consumers read, once stopped.
 enum FinishedConsumers {
-    Assigned(Vec<HistoryRecord>),
+    /// One history per logical group (none without `verify`).
+    Assigned(Vec<Vec<HistoryRecord>>),
     Groups(Vec<FinishedGroup>),
 }
 
 impl Consumers {
     /// Starts the consumers; returns once each reads from the log end (for
-    /// groups: once every group is stable).
+    /// groups: once every group is stable). The load generator's own
+    /// consumers fetch once `gate` holds true.
     async fn start(
         config: &Arc<RunConfig>,
         cluster: &Cluster,
         refresher: &MetadataRefresher,
         stats: &[Arc<Mutex<WorkerStats>>],
         counters: &Arc<RideThroughCounters>,
+        gate: &tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<Consumers> {
         if config.consumer_group.is_some() {
             let mut groups = GroupConsumers::start(config, cluster, stats, counters)?;
@@ -412,22 +426,34 @@ impl Consumers {
             return Ok(Consumers::Groups(groups));
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let consumed: Option<History> = config.verify.then(Default::default);
-        let mut tasks = Vec::new();
-        for (index, stats) in stats.iter().enumerate() {
+        let groups = config.consumer_groups() as usize;
+        let consumed: Vec<History> = if config.verify {
+            (0..groups).map(|_| History::default()).collect()
+        } else {
+            Vec::new()
+        };
+        let per_group = config.consumers as usize;
+        let mut positions = Vec::with_capacity(per_group);
+        for index in 0..per_group {
             let partitions: Vec<i32> = (0..config.partitions as i32)
-                .filter(|p| *p as usize % config.consumers as usize == index)
+                .filter(|p| *p as usize % per_group == index)
                 .collect();
-            let positions = start_positions(cluster, &config.topic, &partitions).await?;
+            positions.push(start_positions(cluster, &config.topic, &partitions).await?);
+        }
+        let mut tasks = Vec::new();
+        // Consumer `index` of logical group `g` has stats `g * per_group + index`.
+        for (slot, stats) in stats.iter().enumerate() {
+            let (group, index) = (slot / per_group, slot % per_group);
             let task = ConsumerTask {
                 config: config.clone(),
                 cluster: cluster.clone(),
                 refresher: refresher.clone(),
-                partitions: positions,
+                partitions: positions[index].clone(),
                 stats: stats.clone(),
                 stop: stop.clone(),
-                consumed: consumed.clone(),
+                consumed: consumed.get(group).cloned(),
                 counters: counters.clone(),
+                gate: gate.clone(),
             };
             tasks.push(tokio::spawn(task.run()));
         }
@@ -435,6 +461,7 @@ impl Consumers {
             tasks,
             stop,
             consumed,
+            groups: groups as u64,
         })
     }
 
@@ -442,8 +469,8 @@ impl Consumers {
     /// were acked (expected reads = acked × groups).
     fn caught_up(&self, totals: &crate::histograms::Counters) -> bool {
         match self {
-            Consumers::Assigned { tasks, .. } => {
-                tasks.is_empty() || totals.consumed_messages >= totals.acked_messages
+            Consumers::Assigned { tasks, groups, .. } => {
+                tasks.is_empty() || totals.consumed_messages >= totals.acked_messages * groups
             }
             Consumers::Groups(groups) => groups.caught_up(totals.acked_messages),
         }
@@ -455,14 +482,16 @@ impl Consumers {
                 tasks,
                 stop,
                 consumed,
+                ..
             } => {
                 stop.store(true, Ordering::Relaxed);
                 for task in tasks {
                     task.await.context("consumer task")??;
                 }
-                let consumed = consumed.map_or_else(Vec::new, |h| {
-                    std::mem::take(&mut *h.lock().expect("history"))
-                });
+                let consumed = consumed
+                    .iter()
+                    .map(|h| std::mem::take(&mut *h.lock().expect("history")))
+                    .collect();
                 Ok(FinishedConsumers::Assigned(consumed))
             }
             Consumers::Groups(groups) => Ok(FinishedConsumers::Groups(groups.finish().await?)),
@@ -491,15 +520,33 @@ fn check_consumed(
         write_history(dir, "acked.txt", acked)?;
     }
     let groups = match finished {
-        FinishedConsumers::Assigned(consumed) => {
-            if let Some(dir) = &config.history_dir {
-                write_history(dir, "consumed.txt", &consumed)?;
+        FinishedConsumers::Assigned(mut per_group) => {
+            if per_group.len() <= 1 {
+                let consumed = per_group.pop().unwrap_or_default();
+                if let Some(dir) = &config.history_dir {
+                    write_history(dir, "consumed.txt", &consumed)?;
+                }
+                return Ok(CheckedConsumers {
+                    verify: config.verify.then(|| verify(acked, &consumed)),
+                    consumed,
+                    groups: Vec::new(),
+                });
             }
-            return Ok(CheckedConsumers {
-                verify: config.verify.then(|| verify(acked, &consumed)),
-                consumed,
+            let mut checked = CheckedConsumers {
+                verify: Some(VerifyReport::default()),
+                consumed: Vec::new(),
                 groups: Vec::new(),
-            });
+            };
+            for (index, consumed) in per_group.into_iter().enumerate() {
+                if let Some(total) = &mut checked.verify {
+                    total.add(&verify(acked, &consumed));
+                }
+                if let Some(dir) = &config.history_dir {
+                    write_history(dir, &format!("consumed-{index}.txt"), &consumed)?;
+                }
+                checked.consumed.extend(consumed);
+            }
+            return Ok(checked);
         }
         FinishedConsumers::Groups(groups) => groups,
     };
@@ -1430,6 +1477,8 @@ struct ConsumerTask {
     stop: Arc<AtomicBool>,
     consumed: Option<History>,
     counters: Arc<RideThroughCounters>,
+    /// Fetching starts once this holds true (at once unless `catch_up`).
+    gate: tokio::sync::watch::Receiver<bool>,
 }
 
 /// What one fetch round trip brought back, for which partitions.
@@ -1441,6 +1490,15 @@ impl ConsumerTask {
     /// so a silent leader holds up only its own partitions. A failure
     /// re-routes the partitions it concerned after a metadata refresh.
     async fn run(mut self) -> anyhow::Result<()> {
+        while !*self.gate.borrow_and_update() {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            // Bounded, so a stop during the wait is seen.
+            let _ =
+                tokio::time::timeout(Duration::from_millis(RETRY_BACKOFF_MS), self.gate.changed())
+                    .await;
+        }
         let mut rounds: tokio::task::JoinSet<FetchRound> = tokio::task::JoinSet::new();
         let mut busy: std::collections::HashSet<i32> = std::collections::HashSet::new();
         while !self.stop.load(Ordering::Relaxed) {

@@ -152,8 +152,9 @@ struct RunArgs {
     /// partitions among themselves and commit nothing.
     #[arg(long)]
     consumer_group: Option<String>,
-    /// With --consumer-group: how many groups read the whole topic, each
-    /// with --consumers members (1..=16) [default: 1].
+    /// How many groups read the whole topic (1..=16) [default: 1]: with
+    /// --consumer-group, each of --consumers members; without, each of
+    /// --consumers of the load generator's own splitting the partitions.
     #[arg(long)]
     consumer_groups: Option<u32>,
     /// 0, 1 or all [default: all].
@@ -192,13 +193,19 @@ struct RunArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Preset: 1m-500b (1M msgs/s of 500 B for 30 s), max-rate (searches the
-    /// highest rate producers sustain) or many-partitions (1M msgs/s over
-    /// 10 000 partitions); flags override it.
+    /// highest rate producers sustain), many-partitions (1M msgs/s over
+    /// 10 000 partitions), catch-up (three readers of a 20 GB backlog while
+    /// producers write 500k msgs/s) or rf3-acks-all (three brokers, RF 3,
+    /// acks=all, as scripts/cluster.sh starts them); flags override it.
     #[arg(long)]
     scenario: Option<Scenario>,
     /// Record the acked/consumed history and check it at the end.
     #[arg(long)]
     verify: bool,
+    /// Consumers start reading when the warmup ends, from where the run
+    /// began: the warmup writes the backlog they catch up on.
+    #[arg(long)]
+    catch_up: bool,
     /// Retry a batch that failed with a retriable error for this long: 2m,
     /// 30s; 0 sends each batch once [default: 2m].
     #[arg(long, value_parser = parse_duration_ms)]
@@ -234,6 +241,7 @@ impl RunArgs {
             seed: self.seed,
             scenario: self.scenario,
             verify: self.verify,
+            catch_up: self.catch_up,
             delivery_timeout_ms: self.delivery_timeout,
             topic_configs: self.topic_configs,
             history_dir: self.history_dir,

@@ -184,3 +184,50 @@ fn transactional_producers_commit_and_consumers_read_committed() {
     assert_eq!(result["errors"].as_u64().unwrap(), 0);
     assert_eq!(result["consumedMessages"].as_u64().unwrap(), acked);
 }
+
+#[test]
+fn catch_up_readers_each_read_the_warmup_backlog() {
+    // Proves `--catch-up` with two sets of the load generator's own
+    // consumers: nothing is read through the 2 s warmup, then each set
+    // reads every acked record once from where the run began, so the
+    // oldest reads are about the warmup old.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_block(2);
+    let _broker = RealBroker::start(&dir.path().join("data"), port);
+    let report = dir.path().join("report");
+    let stdout = succeed(
+        Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+            .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+            .args(["--topic", "lg-catch-up", "--partitions", "4"])
+            .args(["--rate", "5000", "--duration", "1s", "--warmup", "2s"])
+            .args(["--consumers", "2", "--consumer-groups", "2", "--catch-up"])
+            .args(["--verify", "--seed", "5"])
+            .arg("--report-dir")
+            .arg(&report),
+    );
+    assert!(stdout.contains("verdict: clean"), "{stdout}");
+    // The run's totals, warmup included (result.json counts the measured
+    // phase only, which here reads more than it acks).
+    let totals: Vec<u64> = stdout
+        .lines()
+        .find(|l| l.starts_with("published "))
+        .unwrap_or_else(|| panic!("a totals line: {stdout}"))
+        .split_whitespace()
+        .filter_map(|word| word.parse().ok())
+        .collect();
+    let (acked, consumed) = (totals[1], totals[3]);
+    assert!(acked >= 10_000, "about 3 s at 5k msg/s: {acked}");
+    assert_eq!(
+        consumed,
+        2 * acked,
+        "each set of consumers reads every record once"
+    );
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report.join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["subscriptionsPerTopic"].as_u64(), Some(2));
+    let oldest_read_ms = result["aggregatedEndToEndLatencyMax"].as_f64().unwrap();
+    assert!(
+        oldest_read_ms >= 1_000.0,
+        "the warmup's records wait for the readers: {oldest_read_ms} ms"
+    );
+}
