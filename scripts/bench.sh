@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Runs the load generator's scenarios one after another, each against a
+# fresh broker (rf3-acks-all against a fresh three-broker cluster from
+# scripts/cluster.sh), measures the machine's own ceilings in the same run
+# (iperf3 on loopback, dd oflag=direct) and writes one table:
+#   scripts/bench.sh                       every scenario
+#   scripts/bench.sh 1m-500b max-rate      the named ones
+# A scenario name may carry a flush policy, max-rate@none, for the same run
+# with --topic-config flush.policy=none. BENCH_ARGS is passed to every run
+# (BENCH_ARGS="--duration 60s" for the issue's 60 s runs); BENCH_WORK is where
+# data, logs and reports go (default target/bench). The table lands in
+# BENCH_WORK/bench-STAMP.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+scripts/setup.sh
+cargo build --release --workspace --locked
+
+work="${BENCH_WORK:-target/bench}"
+stamp="$(date +%Y%m%d-%H%M%S)"
+out="$work/run-$stamp"
+mkdir -p "$out"
+table="$work/bench-$stamp.md"
+bin=target/release
+port=9092
+if [ "$#" -gt 0 ]; then
+    scenarios=("$@")
+else
+    scenarios=(1m-500b max-rate max-rate@none catch-up rf3-acks-all many-partitions)
+fi
+
+wait_for_broker() {
+    for _ in $(seq 1 300); do
+        if "$bin/ringlog" --bootstrap "$1" topic list >/dev/null 2>&1; then return 0; fi
+        sleep 0.1
+    done
+    echo "broker at $1 did not answer" >&2
+    return 1
+}
+
+{
+    echo "# Ringlog benchmark, $(date -u +%Y-%m-%dT%H:%MZ)"
+    echo
+    echo "Commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) cores; broker and load generator share them."
+    echo
+    echo "## Machine ceilings"
+    echo
+} > "$table"
+if ! command -v iperf3 >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    { apt-get install -y -qq iperf3 || { apt-get update -qq && apt-get install -y -qq iperf3; }; } >/dev/null 2>&1 || true
+fi
+if command -v iperf3 >/dev/null 2>&1; then
+    iperf3 -s -1 -B 127.0.0.1 -p 5299 >/dev/null 2>&1 &
+    sleep 0.5
+    line=$(iperf3 -c 127.0.0.1 -p 5299 -t 3 -f M 2>/dev/null | grep receiver || true)
+    echo "- loopback TCP, one stream (iperf3 -t 3): $(echo "$line" | awk '{print $7, $8}')" >> "$table"
+fi
+dd_line=$(dd if=/dev/zero of="$out/dd.bin" bs=1M count=2048 oflag=direct 2>&1 | tail -1)
+rm -f "$out/dd.bin"
+echo "- sequential O_DIRECT write, 2 GiB in 1 MiB blocks (dd oflag=direct): ${dd_line##*, }" >> "$table"
+{
+    echo
+    echo "## Scenarios"
+    echo
+    echo "| scenario | offered msgs/s | achieved msgs/s | MB/s in | publish p50 / p99 / p99.9 ms | publish delay p99 ms | end-to-end p99 ms | read MB/s | errors |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+} >> "$table"
+
+for entry in "${scenarios[@]}"; do
+    scenario="${entry%@*}"
+    extra=()
+    if [ "$entry" != "$scenario" ]; then
+        extra=(--topic-config "flush.policy=${entry#*@}")
+    fi
+    report="$out/$entry"
+    data="$out/data-$entry"
+    echo "== $entry"
+    if [ "$scenario" = rf3-acks-all ]; then
+        scripts/cluster.sh start "$data"
+        bootstrap=127.0.0.1:9192,127.0.0.1:9292,127.0.0.1:9392
+        stop_cmd=(scripts/cluster.sh stop "$data")
+    else
+        "$bin/ringlog-broker" --node-id 1 --data-dir "$data" --listen "127.0.0.1:$port" \
+            > "$out/broker-$entry.log" 2>&1 &
+        broker=$!
+        wait_for_broker "127.0.0.1:$port"
+        bootstrap="127.0.0.1:$port"
+        stop_cmd=(kill -TERM "$broker")
+    fi
+    # shellcheck disable=SC2086
+    "$bin/ringlog-loadgen" run --bootstrap "$bootstrap" --scenario "$scenario" \
+        --report-dir "$report" "${extra[@]}" ${BENCH_ARGS:-} > "$out/loadgen-$entry.log" 2>&1 \
+        || echo "load generator exited with $? (log: $out/loadgen-$entry.log)"
+    "${stop_cmd[@]}" || true
+    if [ "$scenario" != rf3-acks-all ]; then wait "$broker" || true; fi
+    rm -rf "$data"
+    python3 - "$entry" "$report" >> "$table" <<'PY'
+import json, os, sys
+entry, report = sys.argv[1], sys.argv[2]
+def row(name, r, offered):
+    # Sending ends at warmup + duration; the drain after it sends nothing.
+    sending_end_s = r["warmupS"] + r["durationS"] + 0.5
+    series = [rate for rate, at in zip(r["publishRate"], r["elapsedSeconds"]) if at <= sending_end_s]
+    achieved = sum(series) / len(series) if series else 0.0
+    size = r["messageSize"]
+    read = r["consumeRate"]
+    read_mb = (sum(read) / len(read) if read else 0.0) * size / 1e6
+    return (f"| {name} | {offered:,} | {achieved:,.0f} | {achieved * size / 1e6:,.0f} | "
+            f"{r['aggregatedPublishLatency50pct']:.2f} / {r['aggregatedPublishLatency99pct']:.2f} / "
+            f"{r['aggregatedPublishLatency999pct']:.2f} | {r['aggregatedPublishDelayLatency99pct']:.2f} | "
+            f"{r['aggregatedEndToEndLatency99pct']:.2f} | {read_mb:,.0f} | {r['errors']} |")
+max_rate = os.path.join(report, "max-rate.json")
+result = os.path.join(report, "result.json")
+if os.path.exists(max_rate):
+    summary = json.load(open(max_rate))
+    best = summary.get("max_rate_msgs_per_s")
+    dirs = [d for d in os.listdir(report) if d.startswith("step-") and d.endswith(f"-{best}")]
+    if best and dirs:
+        r = json.load(open(os.path.join(report, dirs[0], "result.json")))
+        print(row(f"{entry} (highest rate held)", r, best))
+    else:
+        print(f"| {entry} | | no step held | | | | | | |")
+elif os.path.exists(result):
+    r = json.load(open(result))
+    print(row(entry, r, r["targetRateMsgsPerS"] if "targetRateMsgsPerS" in r else 0))
+else:
+    print(f"| {entry} | | no report (see loadgen-{entry}.log) | | | | | | |")
+PY
+done
+{
+    echo
+    echo "Rates and latencies are over each run's measured phase (after its warmup);"
+    echo "reports, logs and per-step results are in $out."
+} >> "$table"
+echo
+cat "$table"
