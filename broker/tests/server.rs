@@ -243,7 +243,7 @@ fn a_long_poll_leaves_no_waits_behind() {
     }
     // Tailing all four at their end: nothing to read, so the poll waits.
     let mut poller = Client::connect(broker.addr()).unwrap();
-    let id = poller.send_fetch_many("w", &[(0, 5), (1, 5), (2, 5), (3, 5)], 30_000);
+    let id = poller.send_fetch_many("w", &[(0, 5), (1, 5), (2, 5), (3, 5)], 30_000, 64 << 20);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while metric_sum(&broker, "ringlog_fetch_waiters") < 4 {
         assert!(
@@ -270,4 +270,78 @@ fn a_long_poll_leaves_no_waits_behind() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A fetch over several partitions reads from disk only what its response
+/// has room for, in request order: partitions past the room answer their
+/// state without reading (each used to read up to its own bound, and the
+/// response then dropped what did not fit).
+#[test]
+fn a_fetch_reads_from_disk_only_what_its_response_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut broker = Broker::start(&data, 1);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("r", 4, &[]), ErrorCode::None);
+    // ~800 KB per partition, uncompressed (even tags).
+    for partition in 0..4 {
+        for round in 0..8u64 {
+            let produced = client.produce("r", partition, &batch(round * 2, 100, 1, 1_000), 1);
+            assert_eq!(produced.0, ErrorCode::None);
+        }
+    }
+    // A restart empties the batch cache: what follows is read from disk.
+    assert_eq!(broker.stop(), Some(0));
+    let broker = Broker::start(&data, 1);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    let read_before = metric_sum(&broker, "ringlog_log_read_bytes_total");
+    let response_bytes_max = 256 << 10;
+    let id = client.send_fetch_many(
+        "r",
+        &[(2, 0), (0, 0), (1, 0), (3, 0)],
+        0,
+        response_bytes_max,
+    );
+    let (got, response) = client.receive().unwrap();
+    assert_eq!(got, id);
+    let parsed =
+        protocol::flatbuffers::root::<protocol::wire::FetchResponse>(&response.body).unwrap();
+    let returned: Vec<(i32, u32, i64)> = parsed
+        .topics()
+        .unwrap()
+        .get(0)
+        .partitions()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p.partition(),
+                p.records().unwrap().length(),
+                p.high_watermark(),
+            )
+        })
+        .collect();
+    assert_eq!(returned.len(), 4, "{returned:?}");
+    // The first partition asked fills the response; the others answer their
+    // high watermark with no records.
+    assert_eq!(returned[0].0, 2);
+    assert!(
+        returned[0].1 > 0 && returned[0].1 <= response_bytes_max as u32,
+        "{returned:?}"
+    );
+    for &(partition, length, high_watermark) in &returned[1..] {
+        assert_eq!(
+            length, 0,
+            "partition {partition} past the room: {returned:?}"
+        );
+        assert_eq!(
+            high_watermark, 800,
+            "partition {partition} answers its state"
+        );
+    }
+    let read = metric_sum(&broker, "ringlog_log_read_bytes_total") - read_before;
+    assert!(
+        read > 0 && read < 2 * i64::from(response_bytes_max),
+        "read {read} bytes from disk for a response of at most {response_bytes_max}"
+    );
 }

@@ -122,6 +122,8 @@ pub struct Consumer {
     /// Source of `PartitionState::generation`: consumer-wide, so a partition
     /// unassigned and assigned again never takes an old fetch for a new one.
     generations: u64,
+    /// Fetches sent, which rotate the order of their partitions.
+    fetch_rounds: u64,
 }
 
 impl Consumer {
@@ -144,6 +146,7 @@ impl Consumer {
             records_buffered: 0,
             metadata_stale: false,
             generations: 0,
+            fetch_rounds: 0,
         })
     }
 
@@ -435,7 +438,15 @@ impl Consumer {
                 max_bytes: self.config.partition_fetch_bytes_max as i32,
             });
         }
-        for (address, entries) in by_address {
+        for (address, mut entries) in by_address {
+            // A broker fills a response in request order within its bound:
+            // rotating the order each fetch gives every partition its turn
+            // first, so none waits behind partitions with more to read.
+            if !entries.is_empty() {
+                let turn = (self.fetch_rounds % entries.len() as u64) as usize;
+                entries.rotate_left(turn);
+            }
+            self.fetch_rounds = self.fetch_rounds.wrapping_add(1);
             let requested: Vec<(TopicPartition, u64)> = entries
                 .iter()
                 .map(|e| {

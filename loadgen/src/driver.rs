@@ -454,6 +454,7 @@ impl Consumers {
                 consumed: consumed.get(group).cloned(),
                 counters: counters.clone(),
                 gate: gate.clone(),
+                rounds: 0,
             };
             tasks.push(tokio::spawn(task.run()));
         }
@@ -1479,6 +1480,8 @@ struct ConsumerTask {
     counters: Arc<RideThroughCounters>,
     /// Fetching starts once this holds true (at once unless `catch_up`).
     gate: tokio::sync::watch::Receiver<bool>,
+    /// Fetch requests sent, which rotate the order of their partitions.
+    rounds: usize,
 }
 
 /// What one fetch round trip brought back, for which partitions.
@@ -1507,7 +1510,15 @@ impl ConsumerTask {
             if routed + busy.len() < self.partitions.len() {
                 self.refresher.request();
             }
-            for (address, partitions) in groups {
+            for (address, mut partitions) in groups {
+                // A broker fills a response in request order: rotating the
+                // order each round gives every partition its turn first, as
+                // Kafka's consumer does.
+                if !partitions.is_empty() {
+                    let turn = self.rounds % partitions.len();
+                    partitions.rotate_left(turn);
+                }
+                self.rounds = self.rounds.wrapping_add(1);
                 let Ok(connection) = self.cluster.connection(&address).await else {
                     self.refresher.request();
                     continue;

@@ -1,4 +1,5 @@
-//! Fetch: reads each requested partition on its owning shard. If the first pass
+//! Fetch: reads each requested partition on its owning shard, in request order
+//! and within the room the response bound leaves. If the first pass
 //! finds fewer than `min_bytes`, every empty partition is asked again with a
 //! wait, and the response goes out as soon as enough data arrived anywhere or
 //! `max_wait_ms` passed. Batches travel in the payload exactly as stored.
@@ -117,23 +118,30 @@ pub(super) async fn handle(shard: &Rc<Shard>, body: &[u8]) -> HandlerResult {
         names.push(name);
     }
     let deadline = shard.clock().monotonic() + Duration::from_millis(max_wait_ms);
-    let first: Vec<_> = wanted
-        .iter()
-        .map(|w| {
-            runtime::spawn(fetch_one(
-                shard.clone(),
-                w.key.clone(),
-                w.offset,
-                w.max_bytes,
-                0,
-                w.replica,
-                w.isolation,
-            ))
-        })
-        .collect();
-    let mut outcomes = Vec::with_capacity(first.len());
-    for task in first {
-        outcomes.push(task.await);
+    // In request order, each partition within what the response still has
+    // room for, as Kafka's fetch does: a reader catching up from disk reads
+    // no bytes the response would drop (with every partition read at once
+    // up to its own bound, half of what a catch-up read from disk was
+    // thrown away), and at most one disk read per request is in flight, so
+    // readers cannot queue the device deep enough to starve appends. A
+    // partition past the room is asked for its state only; clients rotate
+    // the order so each partition gets its turn first.
+    let mut outcomes = Vec::with_capacity(wanted.len());
+    let mut room_bytes = response_bytes_max;
+    for w in &wanted {
+        let max_bytes = w.max_bytes.min(room_bytes);
+        let outcome = fetch_one(
+            shard.clone(),
+            w.key.clone(),
+            w.offset,
+            max_bytes,
+            0,
+            w.replica,
+            w.isolation,
+        )
+        .await;
+        room_bytes = room_bytes.saturating_sub(outcome.records.len());
+        outcomes.push(outcome);
     }
     let total = |o: &[FetchOutcome]| o.iter().map(|f| f.records.len()).sum::<usize>();
     if total(&outcomes) < min_bytes.max(1) && max_wait_ms > 0 {

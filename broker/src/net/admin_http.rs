@@ -33,6 +33,8 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 # TYPE ringlog_log_appended_bytes_total counter
 # HELP ringlog_log_chunk_writes_total Direct writes of tail chunks to segment files, same replicas.
 # TYPE ringlog_log_chunk_writes_total counter
+# HELP ringlog_log_read_bytes_total Bytes read from segment files for reads the batch cache and the unwritten tail did not answer, same replicas.
+# TYPE ringlog_log_read_bytes_total counter
 # HELP ringlog_log_data_syncs_total fdatasync calls that made appended data durable (a group commit counts once), same replicas.
 # TYPE ringlog_log_data_syncs_total counter
 # HELP ringlog_log_end_offset Log end offset of each partition replica.

@@ -72,7 +72,12 @@ impl Shard {
                 ));
                 return outcome;
             }
-            // The records, and the offset after the last returned batch.
+            // The records, and the offset after the last returned batch;
+            // none when the request has no room left (`max_bytes` 0: the
+            // partition's state only, without waiting).
+            if max_bytes == 0 {
+                return outcome;
+            }
             let (records, records_end) = if offset >= limit {
                 (Chunks::default(), offset)
             } else {

@@ -393,6 +393,7 @@ impl Client {
         topic: &str,
         partitions: &[(i32, i64)],
         max_wait_ms: i32,
+        response_bytes_max: i32,
     ) -> u32 {
         let mut fbb = FlatBufferBuilder::new();
         let entries: Vec<_> = partitions
@@ -427,7 +428,7 @@ impl Client {
                 replica_epoch: -1,
                 max_wait_ms,
                 min_bytes: 1,
-                max_bytes: 64 << 20,
+                max_bytes: response_bytes_max,
                 topics: Some(topics),
                 isolation_level: 0,
             },

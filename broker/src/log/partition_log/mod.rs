@@ -112,6 +112,9 @@ pub struct LogStats {
     /// fdatasync calls that made appended data durable (group commits count once).
     pub data_syncs: u64,
     pub chunk_writes: u64,
+    /// Bytes read from segment files (reads the batch cache and the staged
+    /// tail did not answer).
+    pub read_bytes: u64,
 }
 
 impl std::ops::AddAssign for LogStats {
@@ -120,6 +123,7 @@ impl std::ops::AddAssign for LogStats {
         self.appended_bytes += other.appended_bytes;
         self.data_syncs += other.data_syncs;
         self.chunk_writes += other.chunk_writes;
+        self.read_bytes += other.read_bytes;
     }
 }
 
@@ -1241,6 +1245,7 @@ impl PartitionLog {
                 .read_at(position, want)
                 .await
                 .map_err(|e| LogError::io(&path, e))?;
+            self.state.borrow_mut().stats.read_bytes += want as u64;
             if self.generation.get() != generation {
                 return Err(LogError::Changed);
             }
