@@ -46,18 +46,7 @@ wait_for_broker() {
     echo "## Machine ceilings"
     echo
 } > "$table"
-if ! command -v iperf3 >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    { apt-get install -y -qq iperf3 || { apt-get update -qq && apt-get install -y -qq iperf3; }; } >/dev/null 2>&1 || true
-fi
-if command -v iperf3 >/dev/null 2>&1; then
-    iperf3 -s -1 -B 127.0.0.1 -p 5299 >/dev/null 2>&1 &
-    sleep 0.5
-    line=$(iperf3 -c 127.0.0.1 -p 5299 -t 3 -f M 2>/dev/null | grep receiver || true)
-    echo "- loopback TCP, one stream (iperf3 -t 3): $(echo "$line" | awk '{print $7, $8}')" >> "$table"
-fi
-dd_line=$(dd if=/dev/zero of="$out/dd.bin" bs=1M count=2048 oflag=direct 2>&1 | tail -1)
-rm -f "$out/dd.bin"
-echo "- sequential O_DIRECT write, 2 GiB in 1 MiB blocks (dd oflag=direct): ${dd_line##*, }" >> "$table"
+scripts/ceilings.sh "$out" >> "$table"
 {
     echo
     echo "## Scenarios"

@@ -23,14 +23,7 @@ data="$work/data-$stamp"
 report="$work/report-$stamp"
 mkdir -p "$work"
 
-if ! command -v iperf3 >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    { apt-get install -y -qq iperf3 || { apt-get update -qq && apt-get install -y -qq iperf3; }; } >/dev/null 2>&1 || true
-fi
-if command -v iperf3 >/dev/null 2>&1; then
-    iperf3 -s -1 -B 127.0.0.1 -p 5299 >/dev/null 2>&1 &
-    sleep 0.5
-    iperf3 -c 127.0.0.1 -p 5299 -t 3 -f M 2>/dev/null | grep -E "receiver" | sed 's/^/loopback TCP ceiling (iperf3, one stream): /' | tee "$work/iperf3-$stamp.txt" || true
-fi
+scripts/ceilings.sh | tee "$work/ceilings-$stamp.txt"
 
 target/release/ringlog-broker --node-id 1 --data-dir "$data" --listen "127.0.0.1:$port" \
     > "$work/broker-$stamp.log" 2>&1 &

@@ -24,6 +24,22 @@ fn succeed(command: &mut Command) -> String {
     stdout
 }
 
+/// Runs `ringlog-loadgen run` against the broker on `port` with `args`,
+/// writing its report to `report`; returns its output (the run must
+/// succeed) and its `result.json`.
+fn run_against(port: u16, report: &std::path::Path, args: &[&str]) -> (String, serde_json::Value) {
+    let stdout = succeed(
+        Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+            .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .arg("--report-dir")
+            .arg(report),
+    );
+    let result =
+        serde_json::from_slice(&std::fs::read(report.join("result.json")).unwrap()).unwrap();
+    (stdout, result)
+}
+
 #[test]
 fn short_verified_run_writes_a_report() {
     let dir = tempfile::tempdir().unwrap();
@@ -98,16 +114,30 @@ fn groups_consume_everything_and_commit() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port_block(2);
     let _broker = RealBroker::start(&dir.path().join("data"), port);
-    let report = dir.path().join("report");
-    let stdout = succeed(
-        Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
-            .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
-            .args(["--topic", "lg-groups", "--partitions", "4"])
-            .args(["--rate", "5000", "--duration", "2s", "--warmup", "0s"])
-            .args(["--consumers", "2", "--consumer-group", "lg"])
-            .args(["--consumer-groups", "2", "--verify", "--seed", "7"])
-            .arg("--report-dir")
-            .arg(&report),
+    let (stdout, result) = run_against(
+        port,
+        &dir.path().join("report"),
+        &[
+            "--topic",
+            "lg-groups",
+            "--partitions",
+            "4",
+            "--rate",
+            "5000",
+            "--duration",
+            "2s",
+            "--warmup",
+            "0s",
+            "--consumers",
+            "2",
+            "--consumer-group",
+            "lg",
+            "--consumer-groups",
+            "2",
+            "--verify",
+            "--seed",
+            "7",
+        ],
     );
     for group in ["lg-0", "lg-1"] {
         let line = stdout
@@ -125,8 +155,6 @@ fn groups_consume_everything_and_commit() {
     }
     assert!(stdout.contains("all 2 groups: acked"), "{stdout}");
     assert_eq!(stdout.matches("verdict: clean").count(), 3, "{stdout}");
-    let result: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(report.join("result.json")).unwrap()).unwrap();
     let acked = result["ackedMessages"].as_u64().unwrap();
     assert!(acked >= 8_000, "about 2 s at 5k msg/s: {acked}");
     assert_eq!(result["subscriptionsPerTopic"].as_u64(), Some(2));
@@ -194,16 +222,29 @@ fn catch_up_readers_each_read_the_warmup_backlog() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port_block(2);
     let _broker = RealBroker::start(&dir.path().join("data"), port);
-    let report = dir.path().join("report");
-    let stdout = succeed(
-        Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
-            .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
-            .args(["--topic", "lg-catch-up", "--partitions", "4"])
-            .args(["--rate", "5000", "--duration", "1s", "--warmup", "2s"])
-            .args(["--consumers", "2", "--consumer-groups", "2", "--catch-up"])
-            .args(["--verify", "--seed", "5"])
-            .arg("--report-dir")
-            .arg(&report),
+    let (stdout, result) = run_against(
+        port,
+        &dir.path().join("report"),
+        &[
+            "--topic",
+            "lg-catch-up",
+            "--partitions",
+            "4",
+            "--rate",
+            "5000",
+            "--duration",
+            "1s",
+            "--warmup",
+            "2s",
+            "--consumers",
+            "2",
+            "--consumer-groups",
+            "2",
+            "--catch-up",
+            "--verify",
+            "--seed",
+            "5",
+        ],
     );
     assert!(stdout.contains("verdict: clean"), "{stdout}");
     // The run's totals, warmup included (result.json counts the measured
@@ -222,8 +263,6 @@ fn catch_up_readers_each_read_the_warmup_backlog() {
         2 * acked,
         "each set of consumers reads every record once"
     );
-    let result: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(report.join("result.json")).unwrap()).unwrap();
     assert_eq!(result["subscriptionsPerTopic"].as_u64(), Some(2));
     let oldest_read_ms = result["aggregatedEndToEndLatencyMax"].as_f64().unwrap();
     assert!(
