@@ -24,65 +24,52 @@ fn succeed(command: &mut Command) -> String {
     stdout
 }
 
-/// Runs `ringlog-loadgen run` against the broker on `port` with `args`,
-/// writing its report to `report`; returns its output (the run must
-/// succeed) and its `result.json`.
-fn run_against(port: u16, report: &std::path::Path, args: &[&str]) -> (String, serde_json::Value) {
-    let stdout = succeed(
-        Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
-            .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
-            .args(args)
-            .arg("--report-dir")
-            .arg(report),
-    );
-    let result =
-        serde_json::from_slice(&std::fs::read(report.join("result.json")).unwrap()).unwrap();
-    (stdout, result)
+/// One finished run: its output, its `result.json`, the files of its
+/// report directory.
+struct Run {
+    stdout: String,
+    result: serde_json::Value,
+    report_files: Vec<String>,
 }
 
-#[test]
-fn short_verified_run_writes_a_report() {
+/// Starts a broker of its own and runs `ringlog-loadgen run` against it
+/// with `args` (whitespace-separated); the run must succeed.
+fn run_on_own_broker(args: &str) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port_block(2);
     let _broker = RealBroker::start(&dir.path().join("data"), port);
     let report = dir.path().join("report");
     let stdout = succeed(
         Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
-            .args([
-                "run",
-                "--bootstrap",
-                &format!("127.0.0.1:{port}"),
-                "--topic",
-                "lg",
-                "--partitions",
-                "4",
-            ])
-            .args([
-                "--rate",
-                "20000",
-                "--duration",
-                "2s",
-                "--warmup",
-                "1s",
-                "--producers",
-                "2",
-                "--consumers",
-                "2",
-            ])
-            .args([
-                "--keys",
-                "uniform:100",
-                "--payload",
-                "json",
-                "--compression",
-                "zstd",
-                "--verify",
-                "--seed",
-                "7",
-            ])
+            .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+            .args(args.split_whitespace())
             .arg("--report-dir")
             .arg(&report),
     );
+    let result =
+        serde_json::from_slice(&std::fs::read(report.join("result.json")).unwrap()).unwrap();
+    let report_files = std::fs::read_dir(&report)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    Run {
+        stdout,
+        result,
+        report_files,
+    }
+}
+
+#[test]
+fn short_verified_run_writes_a_report() {
+    let Run {
+        stdout,
+        result,
+        report_files,
+    } = run_on_own_broker(concat!(
+        "--topic lg --partitions 4 --rate 20000 --duration 2s --warmup 1s ",
+        "--producers 2 --consumers 2 --keys uniform:100 --payload json ",
+        "--compression zstd --verify --seed 7",
+    ));
     assert!(stdout.contains("verdict: clean"), "{stdout}");
     assert!(
         stdout.lines().filter(|l| l.starts_with('[')).count() >= 2,
@@ -95,10 +82,8 @@ fn short_verified_run_writes_a_report() {
         "end-to-end-latency.hgrm",
         "report.html",
     ] {
-        assert!(report.join(file).exists(), "{file} written");
+        assert!(report_files.iter().any(|f| f == file), "{file} written");
     }
-    let result: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(report.join("result.json")).unwrap()).unwrap();
     let published = result["publishedMessages"].as_u64().unwrap();
     assert!(published >= 40_000, "about 3 s at 20k msg/s: {published}");
     assert_eq!(result["ackedMessages"].as_u64().unwrap(), published);
@@ -111,34 +96,11 @@ fn groups_consume_everything_and_commit() {
     // Proves that two consumer groups of two members each join before
     // producers start, each read every acked record once (verify per
     // group), and commit up to the log end when they leave.
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port_block(2);
-    let _broker = RealBroker::start(&dir.path().join("data"), port);
-    let (stdout, result) = run_against(
-        port,
-        &dir.path().join("report"),
-        &[
-            "--topic",
-            "lg-groups",
-            "--partitions",
-            "4",
-            "--rate",
-            "5000",
-            "--duration",
-            "2s",
-            "--warmup",
-            "0s",
-            "--consumers",
-            "2",
-            "--consumer-group",
-            "lg",
-            "--consumer-groups",
-            "2",
-            "--verify",
-            "--seed",
-            "7",
-        ],
-    );
+    let Run { stdout, result, .. } = run_on_own_broker(concat!(
+        "--topic lg-groups --partitions 4 --rate 5000 --duration 2s ",
+        "--warmup 0s --consumers 2 --consumer-group lg --consumer-groups ",
+        "2 --verify --seed 7",
+    ));
     for group in ["lg-0", "lg-1"] {
         let line = stdout
             .lines()
@@ -219,33 +181,11 @@ fn catch_up_readers_each_read_the_warmup_backlog() {
     // consumers: nothing is read through the 2 s warmup, then each set
     // reads every acked record once from where the run began, so the
     // oldest reads are about the warmup old.
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port_block(2);
-    let _broker = RealBroker::start(&dir.path().join("data"), port);
-    let (stdout, result) = run_against(
-        port,
-        &dir.path().join("report"),
-        &[
-            "--topic",
-            "lg-catch-up",
-            "--partitions",
-            "4",
-            "--rate",
-            "5000",
-            "--duration",
-            "1s",
-            "--warmup",
-            "2s",
-            "--consumers",
-            "2",
-            "--consumer-groups",
-            "2",
-            "--catch-up",
-            "--verify",
-            "--seed",
-            "5",
-        ],
-    );
+    let Run { stdout, result, .. } = run_on_own_broker(concat!(
+        "--topic lg-catch-up --partitions 4 --rate 5000 --duration 1s ",
+        "--warmup 2s --consumers 2 --consumer-groups 2 --catch-up ",
+        "--verify --seed 5",
+    ));
     assert!(stdout.contains("verdict: clean"), "{stdout}");
     // The run's totals, warmup included (result.json counts the measured
     // phase only, which here reads more than it acks).
