@@ -901,6 +901,8 @@ impl ProducerWorker {
             let sending = now_ns < self.end_ns;
             if sending {
                 self.generate(now_ns);
+            } else {
+                self.account_unsent();
             }
             self.seal_due(now_ns, !sending);
             if self.identity_stale {
@@ -1059,6 +1061,19 @@ impl ProducerWorker {
                 send_ns,
                 slot.publish_delay_ns(send_ns),
             );
+        }
+    }
+
+    /// Once sending is over: the slots due before the end that were never
+    /// sent count as unsent, each with its delay up to the end.
+    fn account_unsent(&mut self) {
+        let left = self.schedule.take_slots_before(self.end_ns);
+        if left.is_empty() {
+            return;
+        }
+        let mut stats = self.shared.stats.lock().expect("stats lock");
+        for intended_ns in left {
+            stats.record_unsent(self.end_ns - intended_ns);
         }
     }
 

@@ -164,6 +164,9 @@ pub struct Counters {
     pub consumed_messages: u64,
     pub consumed_bytes: u64,
     pub errors: u64,
+    /// Messages the schedule asked for before the end that the generator
+    /// never sent (it was stalled, its buffer full).
+    pub unsent_messages: u64,
 }
 
 impl Counters {
@@ -174,6 +177,7 @@ impl Counters {
         self.consumed_messages += other.consumed_messages;
         self.consumed_bytes += other.consumed_bytes;
         self.errors += other.errors;
+        self.unsent_messages += other.unsent_messages;
     }
 }
 
@@ -193,6 +197,16 @@ impl WorkerStats {
     pub fn record_send(&mut self, payload_bytes: u64, publish_delay_ns: u64) {
         self.counters.published_messages += 1;
         self.counters.published_bytes += payload_bytes;
+        self.histograms
+            .record_us(LatencyKind::PublishDelay, ns_to_us(publish_delay_ns));
+    }
+
+    /// A message the schedule asked for was never sent: by the end of the
+    /// run it was `publish_delay_ns` late, which its publish delay counts
+    /// (a lower bound: it would have left later still), so a generator
+    /// stalled to the end does not leave the histogram empty.
+    pub fn record_unsent(&mut self, publish_delay_ns: u64) {
+        self.counters.unsent_messages += 1;
         self.histograms
             .record_us(LatencyKind::PublishDelay, ns_to_us(publish_delay_ns));
     }
@@ -365,6 +379,19 @@ impl RunRecorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // A message never sent counts as unsent, not as published, and its
+    // lateness lands in publish delay.
+    #[test]
+    fn unsent_messages_count_their_delay() {
+        let mut stats = WorkerStats::new();
+        stats.record_send(500, 1_000_000);
+        stats.record_unsent(3_000_000_000);
+        assert_eq!(stats.counters.published_messages, 1);
+        assert_eq!(stats.counters.unsent_messages, 1);
+        let delay = stats.histograms.summary(LatencyKind::PublishDelay);
+        assert!(delay.max_ms >= 2_990.0, "{delay:?}");
+    }
 
     // Merging two workers gives the quantiles of the union of their samples.
     #[test]

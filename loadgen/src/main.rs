@@ -327,11 +327,12 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     println!("\n{}", render_latency_table(outcome.recorder.aggregate()));
     let counters = outcome.recorder.all_counters();
     println!(
-        "published {} acked {} errors {} consumed {}",
+        "published {} acked {} errors {} consumed {} unsent {}",
         counters.published_messages,
         counters.acked_messages,
         counters.errors,
-        counters.consumed_messages
+        counters.consumed_messages,
+        counters.unsent_messages
     );
     println!(
         "longest partition unavailability {} ms · batches retried {} · fetch errors ridden through {}",

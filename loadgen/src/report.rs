@@ -172,6 +172,9 @@ pub struct TestResult {
     /// Addition.
     pub consumed_messages: u64,
     pub errors: u64,
+    /// Addition: messages the schedule asked for that the generator never
+    /// sent before the end (counted in publish delay with their lateness).
+    pub unsent_messages: u64,
     /// Addition: intervals beyond `INTERVALS_MAX` left out of the arrays.
     pub intervals_dropped: u64,
 }
@@ -246,6 +249,7 @@ impl TestResult {
             acked_messages: counters.acked_messages,
             consumed_messages: counters.consumed_messages,
             errors: counters.errors,
+            unsent_messages: counters.unsent_messages,
             intervals_dropped: recorder.intervals_dropped(),
         }
     }

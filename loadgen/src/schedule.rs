@@ -197,6 +197,20 @@ impl WorkerSchedule {
         self.next_message_index
     }
 
+    /// Takes every slot due before `end_ns` that was not taken yet, for a
+    /// run that ends with the generator behind; their intended times.
+    pub fn take_slots_before(&mut self, end_ns: u64) -> Vec<u64> {
+        let mut intended = Vec::new();
+        while let Some(at) = self.intended_send_ns(self.next_message_index) {
+            if at >= end_ns {
+                break;
+            }
+            intended.push(at);
+            self.next_message_index += 1;
+        }
+        intended
+    }
+
     /// Whether the next slot is due at or after `end_ns` (the run is over
     /// for a paced worker). An unpaced worker never ends by schedule.
     pub fn next_slot_at_or_after(&self, end_ns: u64) -> bool {
@@ -208,6 +222,20 @@ impl WorkerSchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // A worker behind at the end hands over exactly the slots due before it.
+    #[test]
+    fn slots_left_behind_are_those_due_before_the_end() {
+        let mut schedule = WorkerSchedule::new(0, 1_000, 0, 1).unwrap();
+        schedule.next_slot();
+        schedule.next_slot();
+        let left = schedule.take_slots_before(5_000_000);
+        assert_eq!(left, vec![2_000_000, 3_000_000, 4_000_000]);
+        assert!(schedule.next_slot_at_or_after(5_000_000));
+        assert!(schedule.take_slots_before(5_000_000).is_empty());
+        let mut unpaced = WorkerSchedule::new(0, 0, 0, 1).unwrap();
+        assert!(unpaced.take_slots_before(u64::MAX).is_empty());
+    }
 
     // Intended times follow start + i × 1e9 / rate for a single worker.
     #[test]
