@@ -251,6 +251,10 @@ impl ShardMetrics {
             ("ringlog_log_appended_bytes_total", log.appended_bytes),
             ("ringlog_log_chunk_writes_total", log.chunk_writes),
             ("ringlog_log_read_bytes_total", log.read_bytes),
+            (
+                "ringlog_log_rescanned_segments_total",
+                log.rescanned_segments,
+            ),
             ("ringlog_log_data_syncs_total", log.data_syncs),
             ("ringlog_fetch_waiters", self.fetch_waiters.get()),
             ("ringlog_cleaner_passes_total", self.cleaner_passes.get()),

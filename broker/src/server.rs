@@ -58,6 +58,13 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     if lock.try_lock().is_err() {
         return Err(ServerError::DataDirLocked(dir));
     }
+    // Removed durably before any log opens: a crash from here on rescans.
+    let clean_logs =
+        crate::log::take_clean_logs(&config.data_dir).map_err(|source| ServerError::DataDir {
+            path: dir.clone(),
+            source,
+        })?;
+    let clean_logs = Arc::new(clean_logs);
     let mut config = config;
     let embedded = if config.controllers.is_empty() {
         let embedded = start_embedded_controller(&config)?;
@@ -78,9 +85,12 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
         io_memory_bytes: config.io_memory_bytes_per_shard,
         blocking_threads: config.blocking_threads_per_shard,
     };
+    let data_dir = config.data_dir.clone();
     let results = shards::run_shards(&cpus, options, stop, move |ctx| {
         let config = config.clone();
-        async move { run_shard(ctx, config).await }
+        // Each shard takes its own copy: nothing is shared across cores.
+        let clean_logs = (*clean_logs).clone();
+        async move { run_shard(ctx, config, clean_logs).await }
     })
     .map_err(ServerError::Start)?;
     if let Some(embedded) = embedded {
@@ -88,11 +98,17 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
             .stop()
             .map_err(|e| ServerError::Controller(format!("{e:#}")))?;
     }
-    drop(lock);
-    results
+    let closed = results
         .into_iter()
-        .collect::<Result<Vec<()>, ServerError>>()?;
-    tracing::info!("broker stopped cleanly");
+        .collect::<Result<Vec<Vec<String>>, ServerError>>()?;
+    // Every shard closed: one durable record names every log closed cleanly.
+    let closed: Vec<String> = closed.into_iter().flatten().collect();
+    crate::log::write_clean_logs(&data_dir, &closed).map_err(|source| ServerError::DataDir {
+        path: dir.clone(),
+        source,
+    })?;
+    drop(lock);
+    tracing::info!(logs = closed.len(), "broker stopped cleanly");
     Ok(())
 }
 
@@ -116,10 +132,13 @@ fn start_embedded_controller(
         .map_err(|e| ServerError::Controller(format!("{e:#}")))
 }
 
+/// Runs one shard until the stop; returns the directory names of the logs
+/// it closed cleanly.
 async fn run_shard(
     ctx: ShardContext<MeshMessage>,
     config: BrokerConfig,
-) -> Result<(), ServerError> {
+    clean_logs: std::collections::HashSet<String>,
+) -> Result<Vec<String>, ServerError> {
     let ShardContext {
         shard_id,
         shard_count,
@@ -137,6 +156,7 @@ async fn run_shard(
         Rc::new(SystemClock),
         mesh,
     );
+    shard.trust_clean_logs(clean_logs);
     let receivers = shard.mesh_mut().take_receivers();
     let shard = Rc::new(shard);
     for (_, receiver) in receivers {
@@ -231,6 +251,5 @@ async fn run_shard(
     for task in tasks {
         task.await;
     }
-    shard.close_all().await;
-    Ok(())
+    Ok(shard.close_all_unmarked().await)
 }

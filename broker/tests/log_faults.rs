@@ -316,3 +316,46 @@ fn an_unclean_reopen_moves_the_checkpoint_to_the_log_end() {
         log.close().await.unwrap();
     });
 }
+
+// A log closed without its own marker is rescanned unless the data dir's
+// record of a clean shutdown names it; one that is named is trusted as a
+// marked one is. The record is read once: taking it removes it.
+#[test]
+fn a_log_named_by_the_clean_shutdown_record_opens_without_a_rescan() {
+    use broker::log::{take_clean_logs, write_clean_logs, PartitionLog};
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("topics").join("t-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    build(&dir, config(), 100, 1_000, false);
+    let rescans = |closed_clean: bool| {
+        run(async {
+            let clock: Rc<dyn broker::clock::Clock> = Rc::new(ManualClock::new(2_000));
+            let log = PartitionLog::open_after(&dir, config(), clock, closed_clean)
+                .await
+                .unwrap();
+            assert_eq!(log.log_end_offset(), Offset(400));
+            let rescanned = log.stats().rescanned_segments;
+            log.close_unmarked().await.unwrap();
+            assert!(!dir.join("clean-shutdown").exists(), "no marker of its own");
+            rescanned
+        })
+    };
+    // After a crash (the build dropped the log unclosed): every segment.
+    assert!(rescans(false) > 0);
+    // Closed unmarked, and named by the record: none.
+    write_clean_logs(data.path(), &["t-0".to_string(), "t-1".to_string()]).unwrap();
+    let named = take_clean_logs(data.path()).unwrap();
+    assert!(named.contains("t-0") && named.contains("t-1"));
+    assert!(
+        !data.path().join("clean-shutdown-logs").exists(),
+        "taken once"
+    );
+    assert!(take_clean_logs(data.path()).unwrap().is_empty());
+    assert_eq!(rescans(named.contains("t-0")), 0);
+    // Closed unmarked and not named (the record was taken, then a crash):
+    // rescanned again.
+    assert!(rescans(false) > 0);
+    // A damaged record names nothing.
+    std::fs::write(data.path().join("clean-shutdown-logs"), "t-0\n").unwrap();
+    assert!(take_clean_logs(data.path()).unwrap().is_empty());
+}

@@ -345,3 +345,46 @@ fn a_fetch_reads_from_disk_only_what_its_response_holds() {
         "read {read} bytes from disk for a response of at most {response_bytes_max}"
     );
 }
+
+/// A clean shutdown leaves one record in the data dir naming every log it
+/// closed (no marker per partition), a restart takes it and rescans
+/// nothing, and a crash after that restart rescans: the record was removed
+/// before any log opened.
+#[test]
+fn a_clean_shutdown_is_recorded_once_for_every_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut broker = Broker::start(&data, 2);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("c", PARTITIONS, &[]), ErrorCode::None);
+    let tags = produce_all(&broker, &mut client, "c", 4);
+    assert_eq!(broker.stop(), Some(0));
+    let record = std::fs::read_to_string(data.join("clean-shutdown-logs")).unwrap();
+    for partition in 0..PARTITIONS {
+        let name = format!("c-{partition}");
+        assert!(record.lines().any(|l| l == name), "{name} in {record}");
+        assert!(!data
+            .join("topics")
+            .join(&name)
+            .join("clean-shutdown")
+            .exists());
+    }
+
+    let mut broker = Broker::start(&data, 2);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    check(&mut client, "c", &tags);
+    assert!(!data.join("clean-shutdown-logs").exists(), "taken at start");
+    assert_eq!(
+        metric_sum(&broker, "ringlog_log_rescanned_segments_total"),
+        0
+    );
+
+    broker.kill9();
+    let broker = Broker::start(&data, 2);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    check(&mut client, "c", &tags);
+    assert!(
+        metric_sum(&broker, "ringlog_log_rescanned_segments_total") >= i64::from(PARTITIONS),
+        "after a crash every log is rescanned"
+    );
+}

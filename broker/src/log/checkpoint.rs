@@ -13,6 +13,11 @@ use protocol::Offset;
 pub const RECOVERY_POINT_FILE: &str = "recovery-point";
 pub const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
 const CHECKPOINT_VERSION: &str = "ringlog-recovery-point v1";
+/// In the data dir: the partition directories a clean shutdown closed, one
+/// name per line, so a restart removes one marker with one directory sync
+/// instead of one per partition.
+pub const CLEAN_LOGS_FILE: &str = "clean-shutdown-logs";
+const CLEAN_LOGS_VERSION: &str = "ringlog-clean-shutdown-logs v1";
 
 pub fn read_recovery_point(dir: &Path) -> io::Result<Option<Offset>> {
     let text = match fs::read_to_string(dir.join(RECOVERY_POINT_FILE)) {
@@ -38,6 +43,41 @@ pub fn write_recovery_point(dir: &Path, offset: Offset) -> io::Result<()> {
 
 pub fn write_clean_shutdown(dir: &Path) -> io::Result<()> {
     write_atomically(dir, CLEAN_SHUTDOWN_FILE, b"clean\n")
+}
+
+/// Records, durably, that the logs in `names` (directory names under
+/// `topics/`) were closed cleanly: synced, indexed, checkpointed.
+pub fn write_clean_logs(data_dir: &Path, names: &[String]) -> io::Result<()> {
+    let mut text = format!("{CLEAN_LOGS_VERSION}\n");
+    for name in names {
+        assert!(
+            !name.contains('\n'),
+            "a partition directory name has no newline"
+        );
+        text.push_str(name);
+        text.push('\n');
+    }
+    write_atomically(data_dir, CLEAN_LOGS_FILE, text.as_bytes())
+}
+
+/// Reads the logs a clean shutdown closed and removes the record durably,
+/// so that a crash from here on rescans them: the caller must take it
+/// before any of those logs is opened for writing. A damaged record names
+/// none (every log is then rescanned).
+pub fn take_clean_logs(data_dir: &Path) -> io::Result<std::collections::HashSet<String>> {
+    let path = data_dir.join(CLEAN_LOGS_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(e),
+    };
+    fs::remove_file(&path)?;
+    sync_dir(data_dir)?;
+    let mut lines = text.lines();
+    if lines.next() != Some(CLEAN_LOGS_VERSION) || !text.ends_with('\n') {
+        return Ok(Default::default());
+    }
+    Ok(lines.map(str::to_string).collect())
 }
 
 /// Removes the marker and reports whether it was there.

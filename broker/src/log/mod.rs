@@ -18,7 +18,9 @@ mod tail;
 pub mod txn_index;
 pub mod verify;
 
-pub use checkpoint::{create_dir_durably, record_dir_syncs, write_atomically};
+pub use checkpoint::{
+    create_dir_durably, record_dir_syncs, take_clean_logs, write_atomically, write_clean_logs,
+};
 pub use config::{CleanupPolicy, FlushPolicy, LogConfig, LogConfigError};
 pub use error::{LogError, LogResult};
 pub use partition_log::{

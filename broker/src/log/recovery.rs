@@ -26,6 +26,8 @@ pub(super) struct Recovered {
     pub segments: VecDeque<Segment>,
     /// The recovery point the directory's checkpoint held, if any.
     pub recovery_point: Option<Offset>,
+    /// Segments read through and checked batch by batch, not trusted.
+    pub rescanned_segments: u64,
 }
 
 /// A segment rebuilt by a full scan, and where its valid bytes ended if they
@@ -36,7 +38,14 @@ pub(super) struct Rebuilt {
     pub corruption: Option<(u64, String)>,
 }
 
-pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogResult<Recovered> {
+/// `closed_clean`: the data dir's record of a clean shutdown names this log
+/// (`checkpoint::take_clean_logs`), so it is trusted as its own marker is.
+pub(super) async fn recover(
+    dir: &Path,
+    config: &LogConfig,
+    now_ms: i64,
+    closed_clean: bool,
+) -> LogResult<Recovered> {
     super::swap::recover_swaps(dir).await?;
     // Directory listing and the marker's removal (with its directory fsync)
     // block: they run on the blocking threads, so a shard opening thousands
@@ -45,7 +54,10 @@ pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogR
         let dir = dir.to_path_buf();
         runtime::blocking(move || -> LogResult<_> {
             let bases = list_segments(&dir)?;
-            let clean = checkpoint::take_clean_shutdown(&dir).map_err(|e| LogError::io(&dir, e))?;
+            // A marker of its own (written by `close`) is removed either way.
+            let marked =
+                checkpoint::take_clean_shutdown(&dir).map_err(|e| LogError::io(&dir, e))?;
+            let clean = marked || closed_clean;
             let recovery_point =
                 checkpoint::read_recovery_point(&dir).map_err(|e| LogError::io(&dir, e))?;
             Ok((bases, clean, recovery_point))
@@ -53,6 +65,7 @@ pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogR
         .await?
     };
     let mut segments: VecDeque<Segment> = VecDeque::new();
+    let mut rescanned_segments = 0;
     for (i, &base) in bases.iter().enumerate() {
         if let Some(previous) = segments.back() {
             if previous.next_offset != base {
@@ -91,6 +104,7 @@ pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogR
                 corruption: None,
             },
             None => {
+                rescanned_segments += 1;
                 // Bytes found after a crash may be in the kernel or the device
                 // only: sync them before a recovery point vouches for them.
                 file.mark_untrusted();
@@ -134,6 +148,7 @@ pub(super) async fn recover(dir: &Path, config: &LogConfig, now_ms: i64) -> LogR
     Ok(Recovered {
         segments,
         recovery_point,
+        rescanned_segments,
     })
 }
 

@@ -35,6 +35,8 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 # TYPE ringlog_log_chunk_writes_total counter
 # HELP ringlog_log_read_bytes_total Bytes read from segment files for reads the batch cache and the unwritten tail did not answer, same replicas.
 # TYPE ringlog_log_read_bytes_total counter
+# HELP ringlog_log_rescanned_segments_total Segments checked batch by batch when their log opened (after a crash, or with no record of a clean shutdown), same replicas.
+# TYPE ringlog_log_rescanned_segments_total counter
 # HELP ringlog_log_data_syncs_total fdatasync calls that made appended data durable (a group commit counts once), same replicas.
 # TYPE ringlog_log_data_syncs_total counter
 # HELP ringlog_log_end_offset Log end offset of each partition replica.

@@ -116,6 +116,9 @@ pub struct Shard {
     admin_gate: SerialGate,
     /// Serialises applying metadata and reconciling replicas.
     apply_gate: SerialGate,
+    /// Directory names of logs the last clean shutdown closed, not opened
+    /// yet in this run (`trust_clean_logs`).
+    clean_logs: RefCell<std::collections::HashSet<String>>,
     /// The view version whose replicas are all reconciled (on shard 0: on
     /// every shard).
     reconciled_version: Cell<u64>,
@@ -175,6 +178,7 @@ impl Shard {
             admin_gate: SerialGate::new(),
             apply_gate: SerialGate::new(),
             reconciled_version: Cell::new(0),
+            clean_logs: RefCell::default(),
             registration_seen: Cell::new(None),
             broker_epoch: Cell::new(0),
             controller_hint: RefCell::new(None),
@@ -371,28 +375,63 @@ impl Shard {
             .collect()
     }
 
-    /// Flushes and closes every log (graceful shutdown). Closing is mostly
-    /// waiting on fsyncs, so logs close `REPLICA_OPENS_IN_FLIGHT_MAX` at a
-    /// time and the file system commits their syncs together.
+    /// Flushes and closes every log (graceful shutdown), each leaving its
+    /// own clean-shutdown marker.
     pub async fn close_all(self: &Rc<Self>) {
+        self.close_logs(true).await;
+    }
+
+    /// As `close_all` without the per-log markers, for the broker's own
+    /// shutdown: returns the directory names of the logs closed cleanly,
+    /// which the broker records in one file of the data dir
+    /// (`log::write_clean_logs`) once every shard is done.
+    pub async fn close_all_unmarked(self: &Rc<Self>) -> Vec<String> {
+        self.close_logs(false).await
+    }
+
+    /// Closing is mostly waiting on fsyncs, so logs close
+    /// `REPLICA_OPENS_IN_FLIGHT_MAX` at a time and the file system commits
+    /// their syncs together.
+    async fn close_logs(self: &Rc<Self>, marked: bool) -> Vec<String> {
         let replicas = self.replica_list();
+        let mut closed = Vec::with_capacity(replicas.len());
         for group in replicas.chunks(reconcile::REPLICA_OPENS_IN_FLIGHT_MAX) {
             let closes: Vec<_> = group
                 .iter()
                 .map(|(key, replica)| {
                     let (key, replica) = (key.clone(), replica.clone());
                     runtime::spawn(async move {
-                        if let Err(e) = replica.log.close().await {
-                            tracing::error!(error = %e, topic = %key.topic, partition = key.partition, "closing log failed");
-                        }
+                        let result = if marked {
+                            replica.log.close().await
+                        } else {
+                            replica.log.close_unmarked().await
+                        };
                         replica.epoch_saver.flushed().await;
+                        match result {
+                            Ok(()) => replica
+                                .log
+                                .dir()
+                                .file_name()
+                                .map(|name| name.to_string_lossy().into_owned()),
+                            Err(e) => {
+                                tracing::error!(error = %e, topic = %key.topic, partition = key.partition, "closing log failed");
+                                None
+                            }
+                        }
                     })
                 })
                 .collect();
             for close in closes {
-                close.await;
+                closed.extend(close.await);
             }
         }
+        closed
+    }
+
+    /// Before any replica opens: the logs the last shutdown closed cleanly
+    /// (`log::take_clean_logs`), which open without a rescan, each once.
+    pub fn trust_clean_logs(&self, names: std::collections::HashSet<String>) {
+        *self.clean_logs.borrow_mut() = names;
     }
 
     pub fn render_metrics(&self) -> String {

@@ -192,8 +192,16 @@ impl Shard {
             let marker = marker.clone();
             runtime::blocking(move || std::fs::read_to_string(marker)).await
         };
+        // Trusted at most once: a later open of the same directory in this
+        // run (after a removal) must not count on the last shutdown.
+        let listed = dir.file_name().is_some_and(|name| {
+            self.clean_logs
+                .borrow_mut()
+                .remove(&*name.to_string_lossy())
+        });
+        let mut closed_clean = false;
         match read {
-            Ok(text) if text.trim() == topic_id.to_string() => {}
+            Ok(text) if text.trim() == topic_id.to_string() => closed_clean = listed,
             Ok(text) => {
                 tracing::warn!(dir = %dir.display(), old_topic_id = %text.trim(), topic_id, "removing the data of a deleted topic of the same name");
                 let old = dir.clone();
@@ -204,7 +212,8 @@ impl Shard {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(LogError::io(&marker, e)),
         }
-        let log = PartitionLog::open(&dir, log_config, self.clock.clone()).await?;
+        let log =
+            PartitionLog::open_after(&dir, log_config, self.clock.clone(), closed_clean).await?;
         if !marker.exists() {
             let owned = dir.clone();
             runtime::blocking(move || {

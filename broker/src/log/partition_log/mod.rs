@@ -112,6 +112,9 @@ pub struct LogStats {
     /// fdatasync calls that made appended data durable (group commits count once).
     pub data_syncs: u64,
     pub chunk_writes: u64,
+    /// Segments checked batch by batch when the log opened, rather than
+    /// trusted (after a crash, or with no record of a clean shutdown).
+    pub rescanned_segments: u64,
     /// Bytes read from segment files (reads the batch cache and the staged
     /// tail did not answer).
     pub read_bytes: u64,
@@ -123,6 +126,7 @@ impl std::ops::AddAssign for LogStats {
         self.appended_bytes += other.appended_bytes;
         self.data_syncs += other.data_syncs;
         self.chunk_writes += other.chunk_writes;
+        self.rescanned_segments += other.rescanned_segments;
         self.read_bytes += other.read_bytes;
     }
 }
@@ -218,12 +222,25 @@ impl PartitionLog {
         config: LogConfig,
         clock: Rc<dyn Clock>,
     ) -> LogResult<Rc<PartitionLog>> {
+        PartitionLog::open_after(dir, config, clock, false).await
+    }
+
+    /// As `open`; `closed_clean` when the data dir's record of a clean
+    /// shutdown (`checkpoint::take_clean_logs`, already removed durably)
+    /// names this log, which `close_unmarked` closed: it is then trusted as
+    /// a log with its own marker is, and not rescanned.
+    pub async fn open_after(
+        dir: &Path,
+        config: LogConfig,
+        clock: Rc<dyn Clock>,
+        closed_clean: bool,
+    ) -> LogResult<Rc<PartitionLog>> {
         config.validate()?;
         let owned = dir.to_path_buf();
         runtime::blocking(move || checkpoint::create_dir_durably(&owned))
             .await
             .map_err(|e| LogError::io(dir, e))?;
-        let recovered = recovery::recover(dir, &config, clock.now_ms()).await?;
+        let recovered = recovery::recover(dir, &config, clock.now_ms(), closed_clean).await?;
         let log_end = recovered
             .segments
             .back()
@@ -241,7 +258,10 @@ impl PartitionLog {
                 recovery_point_written_ms: 0,
                 last_sync_ms: 0,
                 closed: false,
-                stats: LogStats::default(),
+                stats: LogStats {
+                    rescanned_segments: recovered.rescanned_segments,
+                    ..LogStats::default()
+                },
                 cleaned_to: Offset::ZERO,
                 producers: ProducerStateTable::new(),
                 pending_snapshots: Vec::new(),
@@ -1698,6 +1718,17 @@ impl PartitionLog {
     /// Writes and syncs everything, trims the active segment's padding, writes
     /// its indexes and a clean-shutdown marker, so the next open skips recovery.
     pub async fn close(&self) -> LogResult<()> {
+        self.close_with(true).await
+    }
+
+    /// As `close` without the marker: for a broker that closes every log
+    /// and then records them all in one file of the data dir
+    /// (`checkpoint::write_clean_logs`), read back by `open_after`.
+    pub async fn close_unmarked(&self) -> LogResult<()> {
+        self.close_with(false).await
+    }
+
+    async fn close_with(&self, marker: bool) -> LogResult<()> {
         let _gate = self.io_gate.enter().await;
         let _segments = self.segments_gate.enter().await;
         if self.state.borrow().closed {
@@ -1711,10 +1742,12 @@ impl PartitionLog {
         // The next open then replays nothing.
         let snapshot = self.state.borrow().producers.encode_snapshot(end);
         self.write_producer_snapshot(end, &snapshot).await?;
-        let dir = self.dir.clone();
-        runtime::blocking(move || checkpoint::write_clean_shutdown(&dir))
-            .await
-            .map_err(|e| LogError::io(&self.dir, e))?;
+        if marker {
+            let dir = self.dir.clone();
+            runtime::blocking(move || checkpoint::write_clean_shutdown(&dir))
+                .await
+                .map_err(|e| LogError::io(&self.dir, e))?;
+        }
         self.state.borrow_mut().closed = true;
         Ok(())
     }
