@@ -402,16 +402,16 @@ impl Shard {
                     let (key, replica) = (key.clone(), replica.clone());
                     runtime::spawn(async move {
                         let result = if marked {
-                            replica.log.close().await
+                            replica.log.close().await.map(|()| false)
                         } else {
                             replica.log.close_unmarked().await
                         };
                         replica.epoch_saver.flushed().await;
                         match result {
-                            Ok(()) => replica
-                                .log
-                                .dir()
-                                .file_name()
+                            // Only a log this close sealed is recorded clean.
+                            Ok(sealed) => sealed
+                                .then(|| replica.log.dir().file_name())
+                                .flatten()
                                 .map(|name| name.to_string_lossy().into_owned()),
                             Err(e) => {
                                 tracing::error!(error = %e, topic = %key.topic, partition = key.partition, "closing log failed");

@@ -1718,21 +1718,24 @@ impl PartitionLog {
     /// Writes and syncs everything, trims the active segment's padding, writes
     /// its indexes and a clean-shutdown marker, so the next open skips recovery.
     pub async fn close(&self) -> LogResult<()> {
-        self.close_with(true).await
+        self.close_with(true).await.map(|_| ())
     }
 
     /// As `close` without the marker: for a broker that closes every log
     /// and then records them all in one file of the data dir
-    /// (`checkpoint::write_clean_logs`), read back by `open_after`.
-    pub async fn close_unmarked(&self) -> LogResult<()> {
+    /// (`checkpoint::write_clean_logs`), read back by `open_after`. True
+    /// only when this call sealed the log: a log already closed (by an
+    /// error, such as a failed compaction swap, or by an earlier close) was
+    /// not synced and trimmed here and must not be recorded as clean.
+    pub async fn close_unmarked(&self) -> LogResult<bool> {
         self.close_with(false).await
     }
 
-    async fn close_with(&self, marker: bool) -> LogResult<()> {
+    async fn close_with(&self, marker: bool) -> LogResult<bool> {
         let _gate = self.io_gate.enter().await;
         let _segments = self.segments_gate.enter().await;
         if self.state.borrow().closed {
-            return Ok(());
+            return Ok(false);
         }
         self.write_out(true).await?;
         let base = self.state.borrow().active().base;
@@ -1749,6 +1752,6 @@ impl PartitionLog {
                 .map_err(|e| LogError::io(&self.dir, e))?;
         }
         self.state.borrow_mut().closed = true;
-        Ok(())
+        Ok(true)
     }
 }
