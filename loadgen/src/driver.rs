@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use client::messages::{self, FetchEntry, ProduceEntry};
 use client::{Admin, ClientConfig, Cluster, Connection, IsolationLevel};
-use protocol::record_batch::stamp_producer;
+use protocol::record_batch::{seal_crc, stamp_producer};
 use protocol::{
     ApiKey, BatchBuilder, ErrorCode, ProducerEpoch, ProducerId, Record, RecordBatch, Sequence,
 };
@@ -702,6 +702,9 @@ struct SealedBatch {
     /// Carries a producer id and sequence (stamped at its first send; a
     /// retry sends the same bytes).
     stamped: bool,
+    /// Its CRC is computed: at its first send, once it is stamped or known
+    /// not to be (sealed batches leave the builder without one).
+    checksummed: bool,
     /// The worker's transaction it belongs to (0 without transactions).
     txn: u64,
     /// Its place among its partition's batches, given at its first send:
@@ -1147,7 +1150,11 @@ impl ProducerWorker {
         let txn = self.txn.as_ref().map_or(0, TxnCycle::sealing_into);
         let queue = &mut self.queues[partition];
         if let Some(batch) = queue.open.take() {
-            let mut bytes = batch.builder.build().expect("a batch with records builds");
+            // Checksummed once, at its first send, after the producer stamp.
+            let mut bytes = batch
+                .builder
+                .build_without_crc()
+                .expect("a batch with records builds");
             // The builder reserved a full batch; one sealed by its linger
             // nearly empty would hold that memory until acknowledged, beyond
             // what the worker's buffer bound counts.
@@ -1160,6 +1167,7 @@ impl ProducerWorker {
                 buffered_bytes: batch.buffered_bytes,
                 first_sent_ns: None,
                 stamped: false,
+                checksummed: false,
                 txn,
                 send_index: None,
                 generation: 0,
@@ -1292,10 +1300,17 @@ impl ProducerWorker {
                         .insert((batch.generation, queue.next_send_index - 1));
                 }
             }
-            if let (Some((id, epoch)), false) = (self.identity, batch.stamped) {
-                stamp_producer(&mut batch.bytes, id, epoch, queue.next_sequence);
-                queue.next_sequence = queue.next_sequence.advanced_by(batch.sends.len() as i64);
-                batch.stamped = true;
+            if !batch.checksummed {
+                match self.identity {
+                    Some((id, epoch)) => {
+                        stamp_producer(&mut batch.bytes, id, epoch, queue.next_sequence);
+                        queue.next_sequence =
+                            queue.next_sequence.advanced_by(batch.sends.len() as i64);
+                        batch.stamped = true;
+                    }
+                    None => seal_crc(&mut batch.bytes),
+                }
+                batch.checksummed = true;
             }
             let acks = match self.shared.config.acks {
                 Acks::None => 0,

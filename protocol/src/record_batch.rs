@@ -264,6 +264,13 @@ pub fn stamp(batch: &mut [u8], base_offset: Offset, leader_epoch: LeaderEpoch) {
         .copy_from_slice(&leader_epoch.0.to_be_bytes());
 }
 
+/// Computes a built batch's CRC into its header.
+pub fn seal_crc(batch: &mut [u8]) {
+    assert!(batch.len() >= BATCH_HEADER_BYTES);
+    let crc = compute_crc(batch);
+    batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Writes a producer's id, epoch and first sequence into a built batch and
 /// recomputes its CRC (which covers them). An idempotent producer stamps a
 /// batch once, when it first sends it: a retry carries the same bytes, so
@@ -280,8 +287,7 @@ pub fn stamp_producer(
         .copy_from_slice(&producer_epoch.0.to_be_bytes());
     batch[field::BASE_SEQUENCE..field::BASE_SEQUENCE + 4]
         .copy_from_slice(&base_sequence.0.to_be_bytes());
-    let crc = compute_crc(batch);
-    batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    seal_crc(batch);
 }
 
 /// A borrowed, validated batch: header decoded, length exact, CRC checked.
@@ -714,7 +720,18 @@ impl BatchBuilder {
 
     /// Encodes the batch. Fails for an empty batch, a compressor error, or a
     /// batch over 2 GiB.
-    pub fn build(mut self) -> Result<Vec<u8>, BatchError> {
+    pub fn build(self) -> Result<Vec<u8>, BatchError> {
+        let mut out = self.build_without_crc()?;
+        seal_crc(&mut out);
+        Ok(out)
+    }
+
+    /// As `build`, leaving the CRC field zero: for a producer that stamps
+    /// its id and sequence at the first send ([`stamp_producer`], which
+    /// computes the CRC), so the batch is checksummed once rather than twice.
+    /// The bytes are not a valid batch until [`seal_crc`] or
+    /// [`stamp_producer`] has run on them.
+    pub fn build_without_crc(mut self) -> Result<Vec<u8>, BatchError> {
         if self.record_count == 0 {
             return Err(BatchError::Empty);
         }
@@ -761,8 +778,6 @@ impl BatchBuilder {
             header[at..at + bytes.len()].copy_from_slice(bytes);
         }
         out[..BATCH_HEADER_BYTES].copy_from_slice(&header);
-        let crc = compute_crc(&out);
-        out[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
         Ok(out)
     }
 }

@@ -325,3 +325,32 @@ fn a_producer_stamp_keeps_the_batch_valid() {
     bytes[field::BASE_SEQUENCE + 3] ^= 1;
     assert!(RecordBatch::parse(&bytes, 1 << 20).is_err());
 }
+
+#[test]
+fn a_batch_built_without_its_crc_is_valid_only_once_sealed_or_stamped() {
+    let record = Record {
+        timestamp_ms: 5,
+        key: Some(b"k"),
+        value: Some(b"v"),
+        headers: &[],
+    };
+    let builder = || {
+        let mut builder = BatchBuilder::new(Compression::Zstd);
+        builder.push(&record);
+        builder
+    };
+    let whole = builder().build().unwrap();
+    let mut unsealed = builder().build_without_crc().unwrap();
+    assert!(RecordBatch::parse(&unsealed, 1 << 20).is_err());
+    let mut stamped = unsealed.clone();
+    seal_crc(&mut unsealed);
+    assert_eq!(unsealed, whole);
+    stamp_producer(&mut stamped, ProducerId(9), ProducerEpoch(1), Sequence(0));
+    assert_eq!(
+        RecordBatch::parse(&stamped, 1 << 20)
+            .unwrap()
+            .header()
+            .producer_id,
+        ProducerId(9)
+    );
+}
