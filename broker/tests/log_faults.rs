@@ -7,7 +7,10 @@
 //! - lowering `batch_bytes_max` between restarts keeps older, larger batches;
 //! - recovery syncs every segment it rescanned before it persists a recovery
 //!   point that vouches for them (the log asserts it on every persist);
-//! - a new partition directory is durable: its parents are synced.
+//! - a new partition directory is durable: its parents are synced;
+//! - a closed log refuses truncation, reset and retention, so a task that
+//!   outlives its shard's shutdown cannot change files already recorded as
+//!   cleanly closed.
 
 mod support;
 
@@ -361,4 +364,52 @@ fn a_log_named_by_the_clean_shutdown_record_opens_without_a_rescan() {
     // A damaged record names nothing.
     std::fs::write(data.path().join("clean-shutdown-logs"), "t-0\n").unwrap();
     assert!(take_clean_logs(data.path()).unwrap().is_empty());
+}
+
+#[test]
+fn a_closed_log_refuses_whatever_would_change_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), config(), 200, 1_000, false);
+    let files_before = |dir: &Path| -> Vec<(PathBuf, u64)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.clone(), std::fs::metadata(&p).unwrap().len()))
+            .collect();
+        files.sort();
+        files
+    };
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let log = open(dir.path(), config(), &clock).await;
+        let end = log.log_end_offset();
+        assert_eq!(end, Offset(800));
+        log.close().await.unwrap();
+        let closed = files_before(dir.path());
+        assert!(matches!(
+            log.truncate_to(Offset(400)).await,
+            Err(LogError::Closed)
+        ));
+        assert!(matches!(
+            log.reset_to_if(Offset(5_000), Rc::new(|| true)).await,
+            Err(LogError::Closed)
+        ));
+        assert!(matches!(
+            log.enforce_retention(end).await,
+            Err(LogError::Closed)
+        ));
+        log.maintain().await.unwrap();
+        assert_eq!(
+            files_before(dir.path()),
+            closed,
+            "no file changed after close"
+        );
+    });
+    // The reopened log is the one that was closed.
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let log = open(dir.path(), config(), &clock).await;
+        assert_eq!(log.log_end_offset(), Offset(800));
+        log.check_invariants();
+    });
 }

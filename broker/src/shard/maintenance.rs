@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use protocol::Offset;
 
+use crate::log::LogError;
+
 use super::{
     Replica, Shard, ShardOp, ShardReply, ISR_CHECK_MS, LOG_MAINTENANCE_MS, METADATA_SHARD,
     RETENTION_CHECK_MS, TXN_HANGING_MS,
@@ -166,6 +168,8 @@ impl Shard {
                         Ok(n) => {
                             tracing::info!(topic = %key.topic, partition = key.partition, segments = n, "retention deleted segments")
                         }
+                        // Shutting down: the log was closed under this pass.
+                        Err(LogError::Closed) => {}
                         Err(e) => tracing::warn!(error = %e, "retention failed"),
                     }
                 }

@@ -773,6 +773,8 @@ impl PartitionLog {
             if mark.get() >= target.0 {
                 break;
             }
+            // Appended while the log was closing: never written, never acknowledged.
+            self.refuse_if_closed()?;
             let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
             if target > log_end {
                 // Truncated meanwhile (a leader became a follower): those
@@ -802,6 +804,10 @@ impl PartitionLog {
             (state.last_sync_ms, state.unwritten_bytes() > 0)
         };
         let _gate = self.io_gate.enter().await;
+        if self.state.borrow().closed {
+            // Closed logs have nothing left to write.
+            return Ok(());
+        }
         let unsynced = self.durable.get() < self.log_end_offset().0;
         match self.config().flush_policy {
             FlushPolicy::IntervalMs(ms) if now_ms - last_sync_ms >= ms as i64 => {
@@ -1392,6 +1398,7 @@ impl PartitionLog {
     ) -> LogResult<Option<Offset>> {
         let _gate = self.io_gate.enter().await;
         let _segments = self.segments_gate.enter().await;
+        self.refuse_if_closed()?;
         let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
         if offset >= log_end {
             return Ok(Some(log_end));
@@ -1532,6 +1539,7 @@ impl PartitionLog {
     async fn reset_now(&self, offset: Offset, still_wanted: &dyn Fn() -> bool) -> LogResult<bool> {
         let _gate = self.io_gate.enter().await;
         let _segments = self.segments_gate.enter().await;
+        self.refuse_if_closed()?;
         self.settle_writes().await;
         if !still_wanted() {
             return Ok(false);
@@ -1647,6 +1655,7 @@ impl PartitionLog {
     pub async fn enforce_retention(&self, end_limit: Offset) -> LogResult<usize> {
         let _gate = self.io_gate.enter().await;
         let _segments = self.segments_gate.enter().await;
+        self.refuse_if_closed()?;
         // The active segment's file must exist before older ones go, or a restart
         // would not know where the log starts.
         let active_base = self.state.borrow().active().base;
@@ -1731,12 +1740,26 @@ impl PartitionLog {
         self.close_with(false).await
     }
 
+    /// A closed log's files are final (a clean shutdown may already have
+    /// recorded them as such): whatever would change them is refused, as
+    /// appends are. A task that outlived the log's owner, such as a follower
+    /// fetcher answering late at shutdown, gets `LogError::Closed`.
+    fn refuse_if_closed(&self) -> LogResult<()> {
+        if self.state.borrow().closed {
+            return Err(LogError::Closed);
+        }
+        Ok(())
+    }
+
     async fn close_with(&self, marker: bool) -> LogResult<bool> {
         let _gate = self.io_gate.enter().await;
         let _segments = self.segments_gate.enter().await;
         if self.state.borrow().closed {
             return Ok(false);
         }
+        // From here appends are refused, so the files sealed below are the
+        // last word; a failure part-way leaves the log closed as well.
+        self.state.borrow_mut().closed = true;
         self.write_out(true).await?;
         let base = self.state.borrow().active().base;
         let file = self.ensure_file(base).await?;
@@ -1751,7 +1774,6 @@ impl PartitionLog {
                 .await
                 .map_err(|e| LogError::io(&self.dir, e))?;
         }
-        self.state.borrow_mut().closed = true;
         Ok(true)
     }
 }
