@@ -20,6 +20,22 @@ use client::{
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::mpsc;
 
+/// `println!` for the command's output: a reader that went away (`ringlog
+/// topic list | head`) ends the command quietly, as it ends any Unix tool,
+/// where `println!` would panic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(error) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if error.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            eprintln!("ringlog: writing to stdout: {error}");
+            std::process::exit(1);
+        }
+    }};
+}
+
 /// Bound on record futures the producer command holds before it waits for
 /// the oldest; memory stays flat on unbounded input.
 const PENDING_DELIVERIES_MAX: usize = 65_536;
@@ -292,6 +308,16 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of the output went away (`ringlog consume ... | head`).
+        Err(error)
+            if error.chain().any(|cause| {
+                cause
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(error) => {
             eprintln!("ringlog: {error:#}");
             ExitCode::FAILURE
@@ -400,7 +426,7 @@ async fn topic(admin: Admin, command: TopicCommand) -> anyhow::Result<()> {
                 .create_topic(&name, partitions, replication_factor, &configs)
                 .await
                 .with_context(|| format!("creating topic `{name}`"))?;
-            println!("created topic {name} with {partitions} partitions");
+            say!("created topic {name} with {partitions} partitions");
         }
         TopicCommand::Alter {
             name,
@@ -414,13 +440,15 @@ async fn topic(admin: Admin, command: TopicCommand) -> anyhow::Result<()> {
                 .alter_topic_config(&name, &configs, &delete_configs)
                 .await
                 .with_context(|| format!("altering topic `{name}`"))?;
-            println!("altered topic {name}");
+            say!("altered topic {name}");
         }
         TopicCommand::List => {
             for topic in admin.list_topics().await.context("listing topics")? {
-                println!(
+                say!(
                     "{}\tpartitions={}\treplication_factor={}",
-                    topic.name, topic.partitions, topic.replication_factor
+                    topic.name,
+                    topic.partitions,
+                    topic.replication_factor
                 );
             }
         }
@@ -429,21 +457,23 @@ async fn topic(admin: Admin, command: TopicCommand) -> anyhow::Result<()> {
                 .describe_topic(&name)
                 .await
                 .with_context(|| format!("describing topic `{name}`"))?;
-            println!(
+            say!(
                 "topic {}\tpartitions={}\treplication_factor={}",
-                description.name, description.partition_count, description.replication_factor
+                description.name,
+                description.partition_count,
+                description.replication_factor
             );
             for (key, value) in &description.configs {
-                println!("config {key}={value}");
+                say!("config {key}={value}");
             }
-            println!("partition\tleader\tepoch\tshard\tlog_start\tlog_end\tsize_bytes");
+            say!("partition\tleader\tepoch\tshard\tlog_start\tlog_end\tsize_bytes");
             for p in &description.partitions {
                 let error = if p.error.is_ok() {
                     String::new()
                 } else {
                     format!("\t{}", p.error)
                 };
-                println!(
+                say!(
                     "{}\t{}\t{}\t{}\t{}\t{}\t{}{error}",
                     p.partition,
                     p.leader,
@@ -460,7 +490,7 @@ async fn topic(admin: Admin, command: TopicCommand) -> anyhow::Result<()> {
                 .delete_topic(&name)
                 .await
                 .with_context(|| format!("deleting topic `{name}`"))?;
-            println!("deleted topic {name}");
+            say!("deleted topic {name}");
         }
     }
     Ok(())
@@ -656,9 +686,11 @@ async fn group(admin: Admin, command: GroupCommand) -> anyhow::Result<()> {
     match command {
         GroupCommand::List => {
             for group in admin.list_groups().await.context("listing groups")? {
-                println!(
+                say!(
                     "{}\tstate={}\tmembers={}",
-                    group.group_id, group.state, group.members
+                    group.group_id,
+                    group.state,
+                    group.members
                 );
             }
         }
@@ -679,9 +711,9 @@ async fn group(admin: Admin, command: GroupCommand) -> anyhow::Result<()> {
                 .reset_offsets(&group, &topic, to, dry_run)
                 .await
                 .with_context(|| format!("resetting group `{group}` on topic `{topic}`"))?;
-            println!("partition\told\tnew");
+            say!("partition\told\tnew");
             for reset in &resets {
-                println!(
+                say!(
                     "{}\t{}\t{}",
                     reset.partition,
                     or_dash(reset.old_offset),
@@ -697,14 +729,14 @@ async fn group(admin: Admin, command: GroupCommand) -> anyhow::Result<()> {
                 .delete_group(&group)
                 .await
                 .with_context(|| format!("deleting group `{group}`"))?;
-            println!("deleted group {group}");
+            say!("deleted group {group}");
         }
         GroupCommand::DeleteOffsets { group, topic } => {
             admin
                 .delete_group_offsets(&group, &topic)
                 .await
                 .with_context(|| format!("deleting offsets of `{topic}` from group `{group}`"))?;
-            println!("deleted offsets of topic {topic} from group {group}");
+            say!("deleted offsets of topic {topic} from group {group}");
         }
     }
     Ok(())
@@ -719,7 +751,7 @@ async fn transaction(admin: Admin, command: TransactionCommand) -> anyhow::Resul
                 .await
                 .context("listing transactions")?;
             for t in list {
-                println!(
+                say!(
                     "{}\tstate={}\tproducer_id={}\tepoch={}\tpartitions={}",
                     t.transactional_id,
                     t.state,
