@@ -69,7 +69,10 @@ fn encode_fetch(
     partitions: &[ReplicaFetchPartition],
 ) -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
-    let mut by_topic: std::collections::BTreeMap<&str, Vec<_>> = Default::default();
+    // Grouped by topic in the order topics first appear: the leader fills
+    // the response in request order, and callers rotate that order.
+    let mut by_topic: Vec<(&str, Vec<_>)> = Vec::new();
+    let mut topic_at: std::collections::HashMap<&str, usize> = Default::default();
     for p in partitions {
         let entry = wire::FetchPartition::create(
             &mut fbb,
@@ -81,7 +84,11 @@ fn encode_fetch(
                 last_fetched_epoch: p.last_fetched_epoch.0,
             },
         );
-        by_topic.entry(p.topic.as_str()).or_default().push(entry);
+        let at = *topic_at.entry(p.topic.as_str()).or_insert_with(|| {
+            by_topic.push((p.topic.as_str(), Vec::new()));
+            by_topic.len() - 1
+        });
+        by_topic[at].1.push(entry);
     }
     let topics: Vec<_> = by_topic
         .into_iter()
@@ -210,6 +217,31 @@ mod tests {
         assert_eq!(
             seen,
             vec![("a".into(), 0, 7, 1, -1), ("b".into(), 1, 10, 3, 2)]
+        );
+    }
+
+    #[test]
+    fn a_fetch_request_keeps_the_callers_order() {
+        let partition = |topic: &str, partition| ReplicaFetchPartition {
+            topic: topic.into(),
+            partition,
+            fetch_offset: 0,
+            current_leader_epoch: LeaderEpoch(1),
+            last_fetched_epoch: LeaderEpoch(1),
+        };
+        let partitions = vec![partition("b", 2), partition("a", 0), partition("b", 1)];
+        let body = encode_replica_fetch(4, 9, 500, 1 << 20, &partitions);
+        let request = flatbuffers::root::<wire::FetchRequest>(&body).expect("verifies");
+        let mut order: Vec<(String, i32)> = Vec::new();
+        for topic in request.topics().iter().flatten() {
+            for p in topic.partitions().iter().flatten() {
+                order.push((topic.name().unwrap_or_default().to_owned(), p.partition()));
+            }
+        }
+        // Topics in the order they first appear, partitions in the caller's.
+        assert_eq!(
+            order,
+            vec![("b".into(), 2), ("b".into(), 1), ("a".into(), 0)]
         );
     }
 

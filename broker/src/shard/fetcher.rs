@@ -36,6 +36,10 @@ pub const FOLLOWER_BACKOFF_MS: u64 = 100;
 pub async fn run(shard: Rc<Shard>, endpoint: String) {
     let mut connection: Option<PeerConnection> = None;
     let me = shard.broker_id().0;
+    // The leader fills a response in request order, within its bound: each
+    // fetch starts one partition further on, so a follower catching up on
+    // many partitions moves all of them, not only the first few.
+    let mut first = 0usize;
     loop {
         let followers = shard.followers_of(&endpoint);
         if followers.is_empty() || shard.stopping.get() {
@@ -62,7 +66,7 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
             runtime::sleep(Duration::from_millis(FOLLOWER_BACKOFF_MS)).await;
             continue;
         }
-        let partitions: Vec<ReplicaFetchPartition> = followers
+        let mut partitions: Vec<ReplicaFetchPartition> = followers
             .iter()
             .map(|(key, replica, epoch)| ReplicaFetchPartition {
                 topic: key.topic.clone(),
@@ -77,6 +81,9 @@ pub async fn run(shard: Rc<Shard>, endpoint: String) {
                     .unwrap_or(LeaderEpoch::NONE),
             })
             .collect();
+        let turn = first % partitions.len();
+        partitions.rotate_left(turn);
+        first = first.wrapping_add(1);
         let body = encode_replica_fetch(
             me,
             i64::try_from(shard.broker_epoch.get()).unwrap_or(-1),
