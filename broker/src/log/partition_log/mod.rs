@@ -1234,12 +1234,11 @@ impl PartitionLog {
     /// they are not yet written and from the file below that. `Changed` when the
     /// segment was truncated or removed before or during the read.
     async fn read_range(&self, base: Offset, position: u64, len: usize) -> LogResult<Vec<u8>> {
-        let mut out = vec![0u8; len];
         let generation = self.generation.get();
         if generation % 2 == 1 {
             return Err(LogError::Changed);
         }
-        let (file, disk_end) = {
+        let (file, disk_end, staged) = {
             let state = self.state.borrow();
             let Some(segment) = state.segments.iter().find(|s| s.base == base) else {
                 return Err(LogError::Changed);
@@ -1253,16 +1252,21 @@ impl PartitionLog {
                 return Err(LogError::Changed);
             }
             // Copy the staged part now: once written, it leaves the tail.
+            let mut staged = Vec::new();
             if end > floor {
                 let from = position.max(floor);
                 let tail = segment
                     .tail
                     .as_ref()
                     .expect("tail holds bytes above the floor");
-                tail.read(from, &mut out[(from - position) as usize..]);
+                staged = vec![0u8; (end - from) as usize];
+                tail.read(from, &mut staged);
             }
-            (segment.file.clone(), floor.min(end))
+            (segment.file.clone(), floor.min(end), staged)
         };
+        // Built by appending, not zeroed first: a read from disk (a catch-up
+        // reader's) is copied once, from the read buffer.
+        let mut out = Vec::with_capacity(len);
         if disk_end > position {
             let file = file.expect("bytes below the tail floor are in the file");
             let path = segment_path(&self.dir, base, LOG_SUFFIX);
@@ -1282,8 +1286,10 @@ impl PartitionLog {
                     reason: "segment file shorter than its contents".into(),
                 });
             }
-            out[..want].copy_from_slice(&read[..want]);
+            out.extend_from_slice(&read[..want]);
         }
+        out.extend_from_slice(&staged);
+        assert_eq!(out.len(), len, "a range is read whole");
         Ok(out)
     }
 
