@@ -81,6 +81,23 @@ fn cli_and_client_produce_consume_restart_and_crash() {
         String::from_utf8_lossy(&created.stderr)
     );
 
+    // A reader that went away (`ringlog topic describe | head`) ends the
+    // command quietly: no panic, success, as for any Unix tool.
+    let mut describe = Command::new(cli)
+        .args(["--bootstrap", &bootstrap, "topic", "describe", TOPIC])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(describe.stdout.take());
+    let described = describe.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&described.stderr);
+    assert!(
+        described.status.success() && stderr.is_empty(),
+        "{:?}: {stderr}",
+        described.status
+    );
+
     // 200 keyed lines through the CLI.
     let mut expected: Vec<(String, String)> = (0..200)
         .map(|i| (format!("user-{}", i % 17), format!("cli-{i}")))
