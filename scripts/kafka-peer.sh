@@ -58,18 +58,31 @@ Configuration:
         - ref: STDOUT
 YAML
 
-java -cp "$cp" kafka.tools.StorageTool format --ignore-formatted \
-    -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)" \
-    -c "$work/server.properties" 2>&1 | grep -v SLF4J
+# Kafka's tools print SLF4J notices on stderr; a tool that prints nothing
+# else is not a failure (java's own exit status still counts).
+tools() { java -Xmx1g -cp "$cp" "$@" 2>&1 | { grep -v SLF4J || true; }; }
+kafka=""
+trap '[ -n "$kafka" ] && { kill -TERM $kafka 2>/dev/null || true; wait $kafka 2>/dev/null || true; }; rm -rf "$data"' EXIT
+cluster_id="$(tools kafka.tools.StorageTool random-uuid | tail -n 1)"
+[ -n "$cluster_id" ] || { echo "kafka-peer: no cluster id from StorageTool" >&2; exit 1; }
+tools kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" -c "$work/server.properties"
 java -Xms2g -Xmx2g -Dlog4j2.configurationFile="$work/log4j2.yaml" -cp "$cp" kafka.Kafka \
     "$work/server.properties" > "$work/kafka-$stamp.log" 2>&1 &
 kafka=$!
-trap 'kill -TERM $kafka 2>/dev/null || true; wait $kafka 2>/dev/null || true; rm -rf "$data"' EXIT
-tools() { java -Xmx1g -cp "$cp" "$@" 2>&1 | grep -v SLF4J; }
+ready=""
 for _ in $(seq 1 60); do
-    if tools org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:29092 --list >/dev/null; then break; fi
+    if ! kill -0 "$kafka" 2>/dev/null; then
+        tail -n 20 "$work/kafka-$stamp.log" >&2
+        echo "kafka-peer: the Kafka node exited" >&2
+        exit 1
+    fi
+    if tools org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:29092 --list >/dev/null; then
+        ready=1
+        break
+    fi
     sleep 1
 done
+[ -n "$ready" ] || { echo "kafka-peer: the Kafka node did not answer in 60 s" >&2; exit 1; }
 tools org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:29092 --create \
     --topic bench --partitions 16 --replication-factor 1
 
@@ -88,7 +101,7 @@ for i in 1 2; do
         > "$work/producer-$i-$stamp.txt" &
     pids+=($!)
 done
-wait "${pids[@]}"
+for pid in "${pids[@]}"; do wait "$pid"; done
 for i in 1 2; do
     echo "producer $i: $(tail -n 1 "$work/producer-$i-$stamp.txt")" | tee -a "$out"
 done

@@ -69,10 +69,10 @@ fn encode_fetch(
     partitions: &[ReplicaFetchPartition],
 ) -> Vec<u8> {
     let mut fbb = FlatBufferBuilder::new();
-    // Grouped by topic in the order topics first appear: the leader fills
-    // the response in request order, and callers rotate that order.
+    // In the caller's exact order: the leader fills the response in request
+    // order and callers rotate it, so a topic whose partitions are not
+    // together in that order appears once per run of them.
     let mut by_topic: Vec<(&str, Vec<_>)> = Vec::new();
-    let mut topic_at: std::collections::HashMap<&str, usize> = Default::default();
     for p in partitions {
         let entry = wire::FetchPartition::create(
             &mut fbb,
@@ -84,11 +84,10 @@ fn encode_fetch(
                 last_fetched_epoch: p.last_fetched_epoch.0,
             },
         );
-        let at = *topic_at.entry(p.topic.as_str()).or_insert_with(|| {
-            by_topic.push((p.topic.as_str(), Vec::new()));
-            by_topic.len() - 1
-        });
-        by_topic[at].1.push(entry);
+        match by_topic.last_mut() {
+            Some((name, entries)) if *name == p.topic => entries.push(entry),
+            _ => by_topic.push((p.topic.as_str(), vec![entry])),
+        }
     }
     let topics: Vec<_> = by_topic
         .into_iter()
@@ -238,11 +237,12 @@ mod tests {
                 order.push((topic.name().unwrap_or_default().to_owned(), p.partition()));
             }
         }
-        // Topics in the order they first appear, partitions in the caller's.
+        // Exactly the caller's order: a topic appears once per run of it.
         assert_eq!(
             order,
-            vec![("b".into(), 2), ("b".into(), 1), ("a".into(), 0)]
+            vec![("b".into(), 2), ("a".into(), 0), ("b".into(), 1)]
         );
+        assert_eq!(request.topics().map_or(0, |t| t.len()), 3);
     }
 
     #[test]

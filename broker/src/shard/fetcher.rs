@@ -17,6 +17,7 @@ use protocol::replica_fetch::{decode_fetch_response, encode_replica_fetch, Repli
 use protocol::{ApiKey, LeaderEpoch};
 
 use super::{Replica, Shard};
+use crate::log::LogError;
 use crate::partition::PartitionKey;
 use crate::runtime;
 use crate::runtime::peer::PeerConnection;
@@ -150,6 +151,8 @@ async fn make_stable(shard: &Rc<Shard>, followers: Vec<Follower>) -> Vec<Followe
     for (follower, wait) in followers.into_iter().zip(waits) {
         match wait.await {
             Ok(()) => stable.push(follower),
+            // Shutting down: the log closed under this round.
+            Err(LogError::Closed) => {}
             Err(e) => {
                 shard.metrics.on_storage_error();
                 tracing::warn!(topic = %follower.0.topic, partition = follower.0.partition, error = %e, "follower log not stable; not fetching for it");

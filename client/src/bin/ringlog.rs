@@ -20,20 +20,46 @@ use client::{
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::mpsc;
 
-/// `println!` for the command's output: a reader that went away (`ringlog
-/// topic list | head`) ends the command quietly, as it ends any Unix tool,
-/// where `println!` would panic.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(error) = writeln!(std::io::stdout().lock(), $($arg)*) {
-            if error.kind() == std::io::ErrorKind::BrokenPipe {
-                std::process::exit(0);
-            }
-            eprintln!("ringlog: writing to stdout: {error}");
-            std::process::exit(1);
+/// Writes the command's output to stdout. A reader that went away
+/// (`ringlog topic describe | head`) ends the command quietly, as it ends
+/// any Unix tool, where `print!` would panic.
+fn write_stdout(text: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    if let Err(error) = std::io::stdout().lock().write_fmt(text) {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
         }
-    }};
+        eprintln!("ringlog: writing to stdout: {error}");
+        std::process::exit(1);
+    }
+}
+
+/// `println!` through [`write_stdout`].
+macro_rules! say {
+    ($($arg:tt)*) => {
+        write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` through [`write_stdout`].
+macro_rules! say_raw {
+    ($($arg:tt)*) => {
+        write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// The reader of the streamed output (`consume`) went away: the command
+/// ends quietly, with success.
+#[derive(Debug, thiserror::Error)]
+#[error("the reader of the output went away")]
+struct OutputClosed;
+
+fn output_error(error: std::io::Error) -> anyhow::Error {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        OutputClosed.into()
+    } else {
+        anyhow::Error::new(error).context("writing to stdout")
+    }
 }
 
 /// Bound on record futures the producer command holds before it waits for
@@ -308,16 +334,8 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        // The reader of the output went away (`ringlog consume ... | head`).
-        Err(error)
-            if error.chain().any(|cause| {
-                cause
-                    .downcast_ref::<std::io::Error>()
-                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            ExitCode::SUCCESS
-        }
+        // `ringlog consume ... | head`.
+        Err(error) if error.downcast_ref::<OutputClosed>().is_some() => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("ringlog: {error:#}");
             ExitCode::FAILURE
@@ -367,7 +385,7 @@ async fn describe_cluster(controllers: &str) -> anyhow::Result<()> {
         .await;
         match answer {
             Ok(description) => {
-                print!("{}", render_cluster(&description));
+                say_raw!("{}", render_cluster(&description));
                 return Ok(());
             }
             Err(e) => last_error = Some(anyhow::anyhow!("{address}: {e}")),
@@ -665,11 +683,11 @@ async fn consume(cluster: Cluster, args: ConsumeArgs) -> anyhow::Result<()> {
                 break;
             }
             let line = template.render(record);
-            out.write_all(&line).await?;
-            out.write_all(b"\n").await?;
+            out.write_all(&line).await.map_err(output_error)?;
+            out.write_all(b"\n").await.map_err(output_error)?;
             printed += 1;
         }
-        out.flush().await?;
+        out.flush().await.map_err(output_error)?;
         if let Some(ends) = &mut ends {
             ends.retain(|p, end| {
                 consumer
@@ -678,7 +696,7 @@ async fn consume(cluster: Cluster, args: ConsumeArgs) -> anyhow::Result<()> {
             });
         }
     }
-    out.flush().await?;
+    out.flush().await.map_err(output_error)?;
     Ok(())
 }
 
@@ -699,7 +717,7 @@ async fn group(admin: Admin, command: GroupCommand) -> anyhow::Result<()> {
                 .describe_group(&group)
                 .await
                 .with_context(|| format!("describing group `{group}`"))?;
-            print!("{}", render_group(&description));
+            say_raw!("{}", render_group(&description));
         }
         GroupCommand::Reset {
             group,
@@ -766,7 +784,7 @@ async fn transaction(admin: Admin, command: TransactionCommand) -> anyhow::Resul
                 .describe_transaction(&transactional_id)
                 .await
                 .with_context(|| format!("describing transactional id `{transactional_id}`"))?;
-            print!("{}", render_transaction(&t));
+            say_raw!("{}", render_transaction(&t));
         }
     }
     Ok(())
@@ -933,11 +951,13 @@ async fn print_group(
                 unprinted.insert(record.partition, (record.offset, past_end));
                 continue;
             }
-            out.write_all(&template.render(record)).await?;
-            out.write_all(b"\n").await?;
+            out.write_all(&template.render(record))
+                .await
+                .map_err(output_error)?;
+            out.write_all(b"\n").await.map_err(output_error)?;
             printed += 1;
         }
-        out.flush().await?;
+        out.flush().await.map_err(output_error)?;
         for (partition, (offset, past_end)) in unprinted {
             consumer
                 .seek(&args.topic, partition, SeekTo::Offset(offset))
@@ -947,7 +967,7 @@ async fn print_group(
             }
         }
     }
-    out.flush().await?;
+    out.flush().await.map_err(output_error)?;
     Ok(())
 }
 
