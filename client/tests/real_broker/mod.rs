@@ -168,6 +168,15 @@ impl RealBroker {
 
 impl Drop for RealBroker {
     fn drop(&mut self) {
+        // A failing test's broker log is the first thing to read, and its
+        // temporary directory is about to go.
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of the broker on port {} ---\n{}",
+                self.port,
+                self.log()
+            );
+        }
         self.kill9();
     }
 }
