@@ -79,7 +79,8 @@ impl RealBroker {
     }
 
     /// Starts broker `node_id` with `cores` shards and extra flags (such as
-    /// `--controller`), and waits until its main and shard ports accept.
+    /// `--controller`), and waits until its log says every shard is ready
+    /// and its main and shard ports accept.
     pub fn start_node(
         data_dir: &Path,
         port: u16,
@@ -124,8 +125,13 @@ impl RealBroker {
             data_dir: data_dir.to_path_buf(),
             log_path,
         };
+        // Ready once this process says every shard serves: a port that
+        // accepts may belong to another broker, since shards listen with
+        // SO_REUSEPORT and a restart leaves the ports free for a moment.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !(0..=cores).all(|i| TcpStream::connect(("127.0.0.1", port + i)).is_ok()) {
+        while !(broker.log().matches("shard ready").count() >= usize::from(cores)
+            && (0..=cores).all(|i| TcpStream::connect(("127.0.0.1", port + i)).is_ok()))
+        {
             assert!(
                 Instant::now() < deadline,
                 "broker not ready:\n{}",
