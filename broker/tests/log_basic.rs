@@ -4,7 +4,7 @@ mod support;
 
 use std::rc::Rc;
 
-use broker::clock::ManualClock;
+use broker::clock::{Clock, ManualClock};
 use broker::log::{FlushPolicy, LogError};
 use protocol::{LeaderEpoch, Offset};
 use support::*;
@@ -165,4 +165,65 @@ fn append_if_stages_nothing_once_leadership_is_gone() {
         assert_eq!(log.log_end_offset(), Offset(5), "nothing staged");
         log.close().await.unwrap();
     });
+}
+
+/// A log says whether `maintain` has work, so an owner of thousands of idle
+/// logs visits only those that do: staged or unsynced bytes (as the policy
+/// counts them), then the recovery-point checkpoint and producer expiry
+/// once their time comes, and nothing after that.
+#[test]
+fn maintenance_is_due_only_while_a_log_has_work() {
+    for policy in [
+        FlushPolicy::Always,
+        FlushPolicy::IntervalMs(50),
+        FlushPolicy::None,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        run(async {
+            let clock = Rc::new(ManualClock::new(1_000));
+            let config = broker::log::LogConfig {
+                flush_policy: policy,
+                ..small_config()
+            };
+            let log = open(dir.path(), config, &clock).await;
+            let due = || log.maintenance_due(clock.now_ms());
+            assert!(!due(), "{policy}: a new log has nothing to do");
+            log.append(&batch(1, 3, 1_000, 100), LeaderEpoch(0))
+                .await
+                .unwrap();
+            assert!(log.has_pending_writes() && due(), "{policy}: staged bytes");
+            log.maintain().await.unwrap();
+            assert!(
+                log.written_offset() == Offset(3),
+                "{policy}: written behind"
+            );
+            match policy {
+                FlushPolicy::Always => assert_eq!(log.durable_offset(), Offset(3)),
+                // The first sync in a while comes at once; the next one
+                // waits out the interval.
+                FlushPolicy::IntervalMs(ms) => {
+                    assert_eq!(log.durable_offset(), Offset(3));
+                    log.append(&batch(2, 3, 1_000, 100), LeaderEpoch(0))
+                        .await
+                        .unwrap();
+                    log.maintain().await.unwrap();
+                    assert_eq!(log.written_offset(), Offset(6));
+                    assert!(log.has_pending_writes() && due(), "{policy}: unsynced");
+                    clock.advance(ms as i64);
+                    log.maintain().await.unwrap();
+                    assert_eq!(log.durable_offset(), Offset(6));
+                }
+                FlushPolicy::None => assert_eq!(log.durable_offset(), Offset(0)),
+            }
+            assert!(!log.has_pending_writes(), "{policy}");
+            assert!(!due(), "{policy}: nothing left until the checkpoint");
+            clock.advance(broker::log::RECOVERY_POINT_CHECKPOINT_MS);
+            assert!(due(), "{policy}: checkpoint and producer expiry due");
+            log.maintain().await.unwrap();
+            assert!(!due(), "{policy}: idle again");
+            if policy != FlushPolicy::None {
+                assert_eq!(log.recovery_point(), log.log_end_offset(), "{policy}");
+            }
+        });
+    }
 }

@@ -24,6 +24,7 @@ pub use checkpoint::{
 pub use config::{CleanupPolicy, FlushPolicy, LogConfig, LogConfigError};
 pub use error::{LogError, LogResult};
 pub use partition_log::{
-    AppendInfo, CleanReport, CleanRequest, FetchedBatches, LogStats, PartitionLog, SNAPSHOT_SUFFIX,
+    AppendInfo, CleanReport, CleanRequest, FetchedBatches, LogStats, PartitionLog,
+    RECOVERY_POINT_CHECKPOINT_MS, SNAPSHOT_SUFFIX,
 };
 pub use swap::SwapStep;

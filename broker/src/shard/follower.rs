@@ -106,8 +106,12 @@ impl Shard {
                 Ok(())
             }
             FollowerAction::Append => {
-                self.append_fetched(replica, &fetched.records, &still_following)
-                    .await?;
+                let appended = self
+                    .append_fetched(replica, &fetched.records, &still_following)
+                    .await;
+                // Even a failed fetch may have appended some batches first.
+                self.queue_maintenance(key, replica);
+                appended?;
                 if still_following() {
                     let hw = crate::replication::follower::follower_high_watermark(
                         answer.high_watermark,

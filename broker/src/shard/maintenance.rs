@@ -11,8 +11,8 @@ use protocol::Offset;
 use crate::log::LogError;
 
 use super::{
-    Replica, Shard, ShardOp, ShardReply, ISR_CHECK_MS, LOG_MAINTENANCE_MS, METADATA_SHARD,
-    RETENTION_CHECK_MS, TXN_HANGING_MS,
+    Replica, Shard, ShardOp, ShardReply, ISR_CHECK_MS, LOG_IDLE_SCAN_MS, LOG_MAINTENANCE_MS,
+    METADATA_SHARD, RETENTION_CHECK_MS, TXN_HANGING_MS,
 };
 use crate::partition::PartitionKey;
 use crate::runtime;
@@ -127,26 +127,104 @@ impl Shard {
         }
     }
 
+    /// The leaders whose ISR could change: not those that are their
+    /// partition's only replica and its whole ISR (every partition of a
+    /// replication factor of 1), which are most of a broker's thousands.
+    fn isr_candidates(&self) -> Vec<(PartitionKey, Rc<Replica>)> {
+        self.replicas
+            .borrow()
+            .iter()
+            .filter(|(_, replica)| {
+                let role = replica.role();
+                role.leader && !(role.replicas.len() == 1 && role.isr == role.replicas)
+            })
+            .map(|(key, replica)| (key.clone(), replica.clone()))
+            .collect()
+    }
+
+    /// Queues `replica` for the next maintenance tick, once: its log was
+    /// appended to, so it has bytes to write behind and perhaps to sync, and
+    /// its high watermark may move after.
+    pub(super) fn queue_maintenance(&self, key: &PartitionKey, replica: &Rc<Replica>) {
+        if !replica.maintenance_queued.replace(true) {
+            self.maintenance_queue
+                .borrow_mut()
+                .push((key.clone(), replica.clone()));
+        }
+    }
+
+    /// Whether `replica` is still the one this shard keeps under `key` (not
+    /// removed or replaced since it was queued).
+    fn is_current(&self, key: &PartitionKey, replica: &Rc<Replica>) -> bool {
+        self.replicas
+            .borrow()
+            .get(key)
+            .is_some_and(|current| Rc::ptr_eq(current, replica))
+    }
+
+    /// Whether a maintained replica goes on being maintained every tick:
+    /// its log still has writes or syncs to do, or it leads and its high
+    /// watermark is behind what its log could vouch for (followers catching
+    /// up).
+    fn still_busy(replica: &Replica) -> bool {
+        replica.log.has_pending_writes()
+            || (replica.log.stable_offset().0 > replica.high_watermark.get()
+                && replica.role().leader)
+    }
+
+    /// This tick's replicas: the queue, plus on a scan tick every replica
+    /// whose log has time-driven work due or is busy (an append path that did
+    /// not queue it), plus on a retention tick every replica.
+    fn replicas_to_maintain(
+        &self,
+        scan_due: bool,
+        retention_due: bool,
+    ) -> Vec<(PartitionKey, Rc<Replica>)> {
+        let mut due = std::mem::take(&mut *self.maintenance_queue.borrow_mut());
+        if scan_due || retention_due {
+            let now_ms = self.clock.now_ms();
+            let replicas = self.replicas.borrow();
+            due.extend(
+                replicas
+                    .iter()
+                    .filter(|(_, replica)| !replica.maintenance_queued.get())
+                    .filter(|(_, replica)| {
+                        retention_due
+                            || replica.log.maintenance_due(now_ms)
+                            || Self::still_busy(replica)
+                    })
+                    .map(|(key, replica)| (key.clone(), replica.clone())),
+            );
+        }
+        for (_, replica) in &due {
+            replica.maintenance_queued.set(false);
+        }
+        due
+    }
+
     /// Periodic log work, ISR checks and retention, until the shard stops.
     pub async fn run_maintenance(self: Rc<Self>) {
         let mut last_retention = self.clock.monotonic();
         let mut last_isr_check = self.clock.monotonic();
+        let mut last_scan = self.clock.monotonic();
         while !self.stopping.get() {
             runtime::sleep(Duration::from_millis(LOG_MAINTENANCE_MS)).await;
             if self.clock.monotonic().saturating_sub(last_isr_check)
                 >= Duration::from_millis(ISR_CHECK_MS)
             {
                 last_isr_check = self.clock.monotonic();
-                for (key, replica) in self.replica_list() {
-                    if replica.role().leader {
-                        self.check_isr(&key, &replica);
-                    }
+                for (key, replica) in self.isr_candidates() {
+                    self.check_isr(&key, &replica);
                 }
             }
-            let replicas = self.replica_list();
             let retention_due = self.clock.monotonic().saturating_sub(last_retention)
                 >= Duration::from_millis(RETENTION_CHECK_MS);
-            for (key, replica) in replicas {
+            let scan_due = self.clock.monotonic().saturating_sub(last_scan)
+                >= Duration::from_millis(LOG_IDLE_SCAN_MS);
+            if scan_due {
+                last_scan = self.clock.monotonic();
+            }
+            for (key, replica) in self.replicas_to_maintain(scan_due, retention_due) {
                 if let Err(e) = replica.log.maintain().await {
                     self.metrics.on_storage_error();
                     tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "log maintenance failed");
@@ -154,6 +232,9 @@ impl Shard {
                 // Write-behind and syncs move the leader's stable offset, and
                 // with it the high watermark (acks=0 writes wait for nothing).
                 self.update_high_watermark(&replica);
+                if Self::still_busy(&replica) && self.is_current(&key, &replica) {
+                    self.queue_maintenance(&key, &replica);
+                }
                 if retention_due {
                     self.check_transactions(&key, &replica);
                     // Never past the high watermark: followers may still need it.

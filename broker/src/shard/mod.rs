@@ -80,8 +80,14 @@ pub const TOPIC_PROPAGATION_MS_MAX: u64 = 20_000;
 pub const TOPIC_ID_FILE: &str = "topic.id";
 /// How often leaders check whether their ISR should change.
 pub const ISR_CHECK_MS: u64 = 100;
-/// How often each replica's log does its periodic work.
+/// How often the logs with work queued (appends since their last
+/// maintenance, a high watermark behind) do their periodic work.
 pub const LOG_MAINTENANCE_MS: u64 = 5;
+/// How often every replica's log is asked whether time-driven work is due
+/// (recovery-point checkpoints, producer expiry): both run every 10 s at
+/// most, so a second's delay is nothing, and an idle replica costs a look
+/// a second instead of one per tick.
+pub const LOG_IDLE_SCAN_MS: u64 = 1_000;
 /// How often retention runs.
 pub const RETENTION_CHECK_MS: u64 = 5_000;
 /// A transaction open this long in a partition is aborted by its leader:
@@ -105,6 +111,10 @@ pub struct Shard {
     /// Ordered, so every pass over the replicas (maintenance, close) takes
     /// them in the same order each run and a simulated seed replays exactly.
     replicas: RefCell<BTreeMap<PartitionKey, Rc<Replica>>>,
+    /// Replicas with log work for the next maintenance tick, in the order
+    /// they got it (`queue_maintenance`); idle ones are found by a slower
+    /// scan, so a tick costs what is active, not what exists.
+    maintenance_queue: RefCell<Vec<(PartitionKey, Rc<Replica>)>>,
     cache: RefCell<BatchCache>,
     metrics: ShardMetrics,
     mesh: Mesh<MeshMessage>,
@@ -169,6 +179,7 @@ impl Shard {
             clock,
             view: RefCell::new(ClusterView::default()),
             replicas: RefCell::new(BTreeMap::new()),
+            maintenance_queue: RefCell::new(Vec::new()),
             cache: RefCell::new(cache),
             metrics: ShardMetrics::default(),
             mesh,

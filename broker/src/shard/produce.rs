@@ -141,6 +141,9 @@ impl Shard {
         } else {
             replica.log.append_if(&batch, epoch, &still_leads).await?
         };
+        // Write-behind, syncs nobody waits for (acks=0) and the high
+        // watermark move that follows them.
+        self.queue_maintenance(&key, &replica);
         if info.duplicate {
             // A producer's retry of a batch this log already holds, or a
             // marker's resend: answer as the original would have been, once

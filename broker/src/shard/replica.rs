@@ -34,6 +34,8 @@ pub struct Replica {
     pub epoch_saver: Rc<EpochSaver>,
     /// Its log cleaner's record (compacted topics).
     pub cleaning: RefCell<Cleaning>,
+    /// In the shard's maintenance queue (`Shard::queue_maintenance`).
+    pub maintenance_queued: Cell<bool>,
 }
 
 /// When the cleaner last ran over a replica's log, and whether an error
@@ -122,6 +124,7 @@ impl Replica {
             role_version: Watermark::new(0),
             epoch_saver: Rc::default(),
             cleaning: RefCell::default(),
+            maintenance_queued: Cell::new(false),
         }
     }
 

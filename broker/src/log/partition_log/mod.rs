@@ -340,7 +340,8 @@ impl PartitionLog {
     /// replica's records only up to here, so acknowledged records survive
     /// what the policy promises on every in-sync replica.
     pub fn stable_offset(&self) -> Offset {
-        match self.config().flush_policy {
+        let policy = self.config.borrow().flush_policy;
+        match policy {
             FlushPolicy::Always => self.durable_offset(),
             FlushPolicy::IntervalMs(_) | FlushPolicy::None => self.written_offset(),
         }
@@ -750,7 +751,8 @@ impl PartitionLog {
     /// process crash never loses an acknowledged record whatever the policy.
     /// Concurrent callers share writes and syncs (group commit).
     pub async fn wait_for_ack(&self, next_offset: Offset) -> LogResult<()> {
-        match self.config().flush_policy {
+        let policy = self.config.borrow().flush_policy;
+        match policy {
             FlushPolicy::Always => self.flush_to(next_offset).await,
             FlushPolicy::IntervalMs(_) | FlushPolicy::None => self.write_to(next_offset).await,
         }
@@ -795,8 +797,37 @@ impl PartitionLog {
         self.flush_to(self.log_end_offset()).await
     }
 
+    /// Whether `maintain` has anything to do at `now_ms`: staged bytes to
+    /// write, a flush the policy calls for, a rolled segment to finish, a
+    /// recovery point or a producer expiry due. An owner of thousands of
+    /// idle logs asks this every few milliseconds instead of maintaining
+    /// each one, so it reads a few fields and nothing else.
+    pub fn maintenance_due(&self, now_ms: i64) -> bool {
+        let checkpoint_due = {
+            let state = self.state.borrow();
+            self.durable.get() > state.recovery_point.0
+                && now_ms - state.recovery_point_written_ms >= RECOVERY_POINT_CHECKPOINT_MS
+        };
+        checkpoint_due
+            || now_ms - self.state.borrow().producers_expired_ms >= PRODUCER_EXPIRY_CHECK_MS
+            || self.has_pending_writes()
+    }
+
+    /// Whether appended bytes still wait for `maintain`: staged and not
+    /// written, a rolled segment not finished, or (under a policy that
+    /// syncs) written and not synced.
+    pub fn has_pending_writes(&self) -> bool {
+        let state = self.state.borrow();
+        let unsynced = self.durable.get() < state.active().next_offset.0;
+        let syncs = !matches!(self.config.borrow().flush_policy, FlushPolicy::None);
+        (syncs && unsynced)
+            || state.segments.iter().any(|s| s.closing)
+            || state.unwritten_bytes() > 0
+    }
+
     /// Periodic work: interval flushes, write-behind of staged bytes and
-    /// recovery-point checkpoints. The owner calls it every few milliseconds.
+    /// recovery-point checkpoints. The owner calls it every few milliseconds
+    /// when [`PartitionLog::maintenance_due`] says so.
     pub async fn maintain(&self) -> LogResult<()> {
         let now_ms = self.clock.now_ms();
         let (last_sync_ms, has_unwritten) = {
@@ -808,8 +839,10 @@ impl PartitionLog {
         // swap still syncs what it wrote and acknowledged before.
         let _gate = self.io_gate.enter().await;
         let unsynced = self.durable.get() < self.log_end_offset().0;
-        match self.config().flush_policy {
-            FlushPolicy::IntervalMs(ms) if now_ms - last_sync_ms >= ms as i64 => {
+        let policy = self.config.borrow().flush_policy;
+        match policy {
+            // Nothing new since the last sync: an idle log costs no sync.
+            FlushPolicy::IntervalMs(ms) if unsynced && now_ms - last_sync_ms >= ms as i64 => {
                 self.write_out(true).await?
             }
             // Under `always`, records nobody waited for (acks=0, a follower's)
