@@ -173,7 +173,7 @@ impl Shard {
     }
 
     /// This tick's replicas: the queue, plus on a scan tick every replica
-    /// whose log has time-driven work due or is busy (an append path that did
+    /// whose log has a checkpoint due or is busy (an append path that did
     /// not queue it), plus on a retention tick every replica.
     fn replicas_to_maintain(
         &self,

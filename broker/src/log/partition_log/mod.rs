@@ -797,20 +797,20 @@ impl PartitionLog {
         self.flush_to(self.log_end_offset()).await
     }
 
-    /// Whether `maintain` has anything to do at `now_ms`: staged bytes to
-    /// write, a flush the policy calls for, a rolled segment to finish, a
-    /// recovery point or a producer expiry due. An owner of thousands of
-    /// idle logs asks this every few milliseconds instead of maintaining
-    /// each one, so it reads a few fields and nothing else.
+    /// Whether `maintain` has anything to do at `now_ms` beyond forgetting
+    /// expired producers: staged bytes to write, a flush the policy calls
+    /// for, a rolled segment to finish, a recovery point due. An owner of
+    /// thousands of idle logs asks this instead of maintaining each one, so
+    /// it reads a few fields and nothing else; producer expiry, every
+    /// `PRODUCER_EXPIRY_CHECK_MS` at most, can wait for the owner's rarer
+    /// pass over every log.
     pub fn maintenance_due(&self, now_ms: i64) -> bool {
         let checkpoint_due = {
             let state = self.state.borrow();
             self.durable.get() > state.recovery_point.0
                 && now_ms - state.recovery_point_written_ms >= RECOVERY_POINT_CHECKPOINT_MS
         };
-        checkpoint_due
-            || now_ms - self.state.borrow().producers_expired_ms >= PRODUCER_EXPIRY_CHECK_MS
-            || self.has_pending_writes()
+        checkpoint_due || self.has_pending_writes()
     }
 
     /// Whether appended bytes still wait for `maintain`: staged and not
