@@ -106,11 +106,16 @@ impl Shard {
                 Ok(())
             }
             FollowerAction::Append => {
+                let end_before = replica.log.log_end_offset();
                 let appended = self
                     .append_fetched(replica, &fetched.records, &still_following)
                     .await;
-                // Even a failed fetch may have appended some batches first.
-                self.queue_maintenance(key, replica);
+                // Only a log that grew has work (most partitions of a fetch
+                // answer come back empty); even a failed fetch may have
+                // appended some batches first.
+                if replica.log.log_end_offset() != end_before {
+                    self.queue_maintenance(key, replica);
+                }
                 appended?;
                 if still_following() {
                     let hw = crate::replication::follower::follower_high_watermark(

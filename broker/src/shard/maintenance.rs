@@ -225,6 +225,11 @@ impl Shard {
                 last_scan = self.clock.monotonic();
             }
             for (key, replica) in self.replicas_to_maintain(scan_due, retention_due) {
+                // Removed or replaced since it was queued: its directory may
+                // belong to a new replica now.
+                if !self.is_current(&key, &replica) {
+                    continue;
+                }
                 if let Err(e) = replica.log.maintain().await {
                     self.metrics.on_storage_error();
                     tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "log maintenance failed");
@@ -232,7 +237,7 @@ impl Shard {
                 // Write-behind and syncs move the leader's stable offset, and
                 // with it the high watermark (acks=0 writes wait for nothing).
                 self.update_high_watermark(&replica);
-                if Self::still_busy(&replica) && self.is_current(&key, &replica) {
+                if Self::still_busy(&replica) {
                     self.queue_maintenance(&key, &replica);
                 }
                 if retention_due {

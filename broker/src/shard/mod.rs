@@ -83,10 +83,12 @@ pub const ISR_CHECK_MS: u64 = 100;
 /// How often the logs with work queued (appends since their last
 /// maintenance, a high watermark behind) do their periodic work.
 pub const LOG_MAINTENANCE_MS: u64 = 5;
-/// How often every replica's log is asked whether a recovery-point
-/// checkpoint is due (every 10 s at most, so a second's delay is nothing):
-/// an idle replica costs a look a second instead of one per tick. Producer
-/// expiry waits for the retention pass, which maintains every replica.
+/// How often every replica is looked at for work nobody queued: a
+/// recovery-point checkpoint due (every 10 s at most, so a second's delay
+/// is nothing), bytes left to write or sync, a leader's high watermark
+/// behind. An idle replica costs a look a second instead of one per tick.
+/// Producer expiry waits for the retention pass, which maintains every
+/// replica.
 pub const LOG_IDLE_SCAN_MS: u64 = 1_000;
 /// How often retention runs.
 pub const RETENTION_CHECK_MS: u64 = 5_000;

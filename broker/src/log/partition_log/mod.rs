@@ -247,6 +247,7 @@ impl PartitionLog {
             .expect("recovery yields a segment")
             .next_offset;
         let latest_epoch = recovered.segments.back().expect("segment").latest_epoch;
+        let opened_ms = clock.now_ms();
         let log = PartitionLog {
             dir: dir.to_path_buf(),
             config: RefCell::new(config),
@@ -265,7 +266,11 @@ impl PartitionLog {
                 cleaned_to: Offset::ZERO,
                 producers: ProducerStateTable::new(),
                 pending_snapshots: Vec::new(),
-                producers_expired_ms: 0,
+                // The first expiry comes a check interval after the open,
+                // whenever the owner first maintains the log: not on the
+                // first append, which would forget producers whose batches
+                // carry old timestamps the moment they write.
+                producers_expired_ms: opened_ms,
                 aborted: AbortedIndex::new(),
                 txn_seen: std::collections::HashMap::new(),
             }),
@@ -798,12 +803,12 @@ impl PartitionLog {
     }
 
     /// Whether `maintain` has anything to do at `now_ms` beyond forgetting
-    /// expired producers: staged bytes to write, a flush the policy calls
-    /// for, a rolled segment to finish, a recovery point due. An owner of
+    /// expired producers: staged bytes to write, bytes the policy will sync,
+    /// a rolled segment to finish, a recovery point due. An owner of
     /// thousands of idle logs asks this instead of maintaining each one, so
-    /// it reads a few fields and nothing else; producer expiry, every
-    /// `PRODUCER_EXPIRY_CHECK_MS` at most, can wait for the owner's rarer
-    /// pass over every log.
+    /// it reads a few fields and its segment list, nothing else; producer
+    /// expiry, every `PRODUCER_EXPIRY_CHECK_MS` at most, can wait for the
+    /// owner's rarer pass over every log.
     pub fn maintenance_due(&self, now_ms: i64) -> bool {
         let checkpoint_due = {
             let state = self.state.borrow();
@@ -815,7 +820,10 @@ impl PartitionLog {
 
     /// Whether appended bytes still wait for `maintain`: staged and not
     /// written, a rolled segment not finished, or (under a policy that
-    /// syncs) written and not synced.
+    /// syncs) written and not synced. Under `interval_ms` that holds until
+    /// the interval has passed, so an owner keeps visiting the log until it
+    /// syncs; the first bytes after an idle spell are synced at the next
+    /// visit, the interval having passed long ago.
     pub fn has_pending_writes(&self) -> bool {
         let state = self.state.borrow();
         let unsynced = self.durable.get() < state.active().next_offset.0;
@@ -830,9 +838,12 @@ impl PartitionLog {
     /// when [`PartitionLog::maintenance_due`] says so.
     pub async fn maintain(&self) -> LogResult<()> {
         let now_ms = self.clock.now_ms();
+        // A rolled segment not finished yet (its finish failed, say) is
+        // written out again, as `has_pending_writes` reports it.
         let (last_sync_ms, has_unwritten) = {
             let state = self.state.borrow();
-            (state.last_sync_ms, state.unwritten_bytes() > 0)
+            let closing = state.segments.iter().any(|s| s.closing);
+            (state.last_sync_ms, closing || state.unwritten_bytes() > 0)
         };
         // A log closed by its owner has nothing left here: everything is
         // written, synced and checkpointed. One closed by a failed compaction
