@@ -331,3 +331,162 @@ fn verify_log_cli_names_the_first_corruption() {
         "{stderr}"
     );
 }
+
+const AGED: std::time::Duration = std::time::Duration::from_secs(1_000_000_000);
+
+/// Dates every file of the directory back to `AGED`, so that one written
+/// or truncated after this shows a newer modification time.
+fn age_files(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let file = std::fs::File::options()
+            .write(true)
+            .open(entry.unwrap().path())
+            .unwrap();
+        file.set_modified(std::time::UNIX_EPOCH + AGED).unwrap();
+    }
+}
+
+/// The files modified since `age_files`, besides the clean-shutdown marker.
+fn touched_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name() != "clean-shutdown")
+        .filter(|e| e.metadata().unwrap().modified().unwrap() != std::time::UNIX_EPOCH + AGED)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Opens the log after a clean close, checks it was trusted and holds
+/// `end`, runs `between` on it, closes it and returns what was read.
+fn reopen_close(
+    dir: &Path,
+    clock: &Rc<ManualClock>,
+    end: Offset,
+    between: impl AsyncFnOnce(&broker::log::PartitionLog),
+) -> Vec<(protocol::BatchHeader, Vec<StoredRecord>)> {
+    run(async {
+        let log = open(dir, config(), clock).await;
+        assert_eq!(log.stats().rescanned_segments, 0, "closed cleanly: trusted");
+        assert_eq!(log.log_end_offset(), end);
+        between(&log).await;
+        let stored = read_stored(&log, 64 * 1024).await;
+        log.close().await.unwrap();
+        stored
+    })
+}
+
+// A close that finds the log as a clean open left it rewrites none of its
+// files (with thousands of partitions, that was most of a shutdown), and the
+// log still opens trusted with everything in it. Any change since the open
+// (an append, or producers expiring from the snapshot) seals it as before.
+#[test]
+fn a_log_unchanged_since_a_clean_open_closes_without_rewriting_its_files() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("t-0");
+    build_log(&dir);
+    let clock = Rc::new(ManualClock::new(2_000));
+    let end = Offset((BATCHES as usize * RECORDS) as i64);
+    age_files(&dir);
+    let before = reopen_close(&dir, &clock, end, async |_| {});
+    assert_eq!(
+        touched_files(&dir),
+        Vec::<String>::new(),
+        "nothing rewritten"
+    );
+    assert!(dir.join("clean-shutdown").exists());
+    assert_eq!(reopen_close(&dir, &clock, end, async |_| {}), before);
+
+    // One more batch: the active segment is trimmed and synced, and its
+    // indexes, the recovery point and a producer snapshot at the new end
+    // are written.
+    age_files(&dir);
+    let after = reopen_close(&dir, &clock, end, async |log| {
+        log.append(&batch(999, RECORDS, 5_000, 150), LeaderEpoch(3))
+            .await
+            .unwrap();
+    });
+    assert_eq!(after.len(), before.len() + 1);
+    let new_end = Offset(end.0 + RECORDS as i64);
+    let touched = touched_files(&dir);
+    for name in [
+        format!("{:020}.snapshot", new_end.0),
+        "recovery-point".to_string(),
+    ] {
+        assert!(touched.contains(&name), "{name} in {touched:?}");
+    }
+    for suffix in ["log", "index", "timeindex"] {
+        assert!(
+            touched.iter().any(|n| n.ends_with(&format!(".{suffix}"))),
+            "{suffix} in {touched:?}"
+        );
+    }
+    age_files(&dir);
+    assert_eq!(reopen_close(&dir, &clock, new_end, async |_| {}), after);
+    assert_eq!(touched_files(&dir), Vec::<String>::new());
+
+    // A producer expires: the snapshot naming it is replaced by one that
+    // does not, which the next open reads.
+    let producer_batch = {
+        let mut bytes = batch(1_000, 1, 6_000, 10);
+        protocol::record_batch::stamp_producer(
+            &mut bytes,
+            protocol::ProducerId(7),
+            protocol::ProducerEpoch(0),
+            protocol::Sequence(0),
+        );
+        bytes
+    };
+    let with_producer = Offset(new_end.0 + 1);
+    reopen_close(&dir, &clock, new_end, async |log| {
+        log.append(&producer_batch, LeaderEpoch(3)).await.unwrap();
+    });
+    age_files(&dir);
+    reopen_close(&dir, &clock, with_producer, async |log| {
+        assert_eq!(log.producer_count(), 1, "from the snapshot");
+        clock.set(6_000 + config().producer_id_expiration_ms + 1);
+        log.maintain().await.unwrap();
+        assert_eq!(log.producer_count(), 0);
+    });
+    let snapshot = format!("{:020}.snapshot", with_producer.0);
+    assert!(touched_files(&dir).contains(&snapshot));
+    reopen_close(&dir, &clock, with_producer, async |log| {
+        assert_eq!(log.producer_count(), 0, "the new snapshot has none");
+    });
+}
+
+// A new log that nobody wrote to closes without index files or a snapshot,
+// and opens again trusted and empty.
+#[test]
+fn a_new_empty_log_closes_without_writing_and_reopens_trusted() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("t-0");
+    let clock = Rc::new(ManualClock::new(1_000));
+    run(async {
+        let log = open(&dir, config(), &clock).await;
+        log.close().await.unwrap();
+    });
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["00000000000000000000.log", "clean-shutdown"]);
+    reopen_close(&dir, &clock, Offset(0), async |log| {
+        assert_eq!(log.log_start_offset(), Offset(0));
+    });
+    // Written to after that open: sealed in full, and read back.
+    let stored = reopen_close(&dir, &clock, Offset(0), async |log| {
+        log.append(&batch(1, RECORDS, 1_000, 150), LeaderEpoch(1))
+            .await
+            .unwrap();
+    });
+    assert_eq!(stored.len(), 1);
+    assert!(dir.join("00000000000000000000.index").exists());
+    assert_eq!(
+        reopen_close(&dir, &clock, Offset(RECORDS as i64), async |_| {}),
+        stored
+    );
+}

@@ -218,9 +218,6 @@ async fn read_small_file(path: &Path) -> LogResult<Option<Vec<u8>>> {
     Ok(Some(bytes.to_vec()))
 }
 
-/// Loads a segment the recovery point vouches for from its index files, then
-/// checks the batches after the last index entry (which also proves that entry
-/// right). Returns `None` when anything disagrees, and the caller rescans.
 /// A segment file found at open, with what its neighbours tell about it.
 #[derive(Clone, Copy)]
 struct OnDisk<'a> {
@@ -233,6 +230,9 @@ struct OnDisk<'a> {
     latest_epoch: LeaderEpoch,
 }
 
+/// Loads a segment the recovery point vouches for from its index files, then
+/// checks the batches after the last index entry (which also proves that entry
+/// right). Returns `None` when anything disagrees, and the caller rescans.
 async fn load_trusted(
     dir: &Path,
     on_disk: &OnDisk<'_>,
@@ -246,6 +246,16 @@ async fn load_trusted(
         next_base,
         latest_epoch,
     } = *on_disk;
+    if file_bytes == 0 {
+        // Nothing to check, and no index needed: a new log's close leaves
+        // its empty segment without index files. Only the last segment may
+        // be empty.
+        if next_base.is_some() {
+            return Ok(None);
+        }
+        let scanned = scan_segment(dir, base, file, 0, latest_epoch, config, now_ms).await?;
+        return Ok(Some(scanned.segment));
+    }
     let span = next_base.map_or(u64::from(u32::MAX) + 1, |next| (next.0 - base.0) as u64);
     let (Some(index_bytes), Some(time_bytes)) = (
         read_small_file(&segment_path(dir, base, INDEX_SUFFIX)).await?,

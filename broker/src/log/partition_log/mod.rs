@@ -102,6 +102,30 @@ struct LogState {
     /// When this replica first saw each open transaction (producer -> its
     /// first offset, broker wall ms), for `hanging_transactions`.
     txn_seen: std::collections::HashMap<protocol::ProducerId, (Offset, i64)>,
+    /// The log's shape when it opened, kept while nothing may have changed
+    /// since: the files were then final (left by a clean close, or a new
+    /// empty log), and a close that finds the same shape, no write and no
+    /// truncation rewrites nothing. Cleared when producers expire, whose
+    /// snapshot on disk would then be stale.
+    sealed_at_open: Option<LogShape>,
+}
+
+/// Where a log starts and ends, and in how many segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LogShape {
+    log_start: Offset,
+    log_end: Offset,
+    segment_count: usize,
+}
+
+impl LogState {
+    fn shape(&self) -> LogShape {
+        LogShape {
+            log_start: self.segments.front().expect("a log has a segment").base,
+            log_end: self.active().next_offset,
+            segment_count: self.segments.len(),
+        }
+    }
 }
 
 /// Counters of the log's disk work, for metrics and tests.
@@ -273,6 +297,7 @@ impl PartitionLog {
                 producers_expired_ms: opened_ms,
                 aborted: AbortedIndex::new(),
                 txn_seen: std::collections::HashMap::new(),
+                sealed_at_open: None,
             }),
             io_gate: SerialGate::new(),
             segments_gate: SerialGate::new(),
@@ -300,6 +325,12 @@ impl PartitionLog {
             }
         }
         log.rebuild_producers().await?;
+        // Nothing rescanned: the last close sealed every segment (or the log
+        // is new), so the files need nothing until the log changes.
+        if recovered.rescanned_segments == 0 {
+            let mut state = log.state.borrow_mut();
+            state.sealed_at_open = Some(state.shape());
+        }
         log.check_invariants();
         Ok(Rc::new(log))
     }
@@ -1809,6 +1840,12 @@ impl PartitionLog {
         // From here appends are refused, so the files sealed below are the
         // last word; a failure part-way leaves the log closed as well.
         self.state.borrow_mut().closed = true;
+        if self.unchanged_since_open() {
+            // Most of a broker's partitions, most restarts: five file
+            // writes and syncs each saved.
+            self.write_clean_marker(marker).await?;
+            return Ok(true);
+        }
         self.write_out(true).await?;
         let base = self.state.borrow().active().base;
         let file = self.ensure_file(base).await?;
@@ -1817,12 +1854,29 @@ impl PartitionLog {
         // The next open then replays nothing.
         let snapshot = self.state.borrow().producers.encode_snapshot(end);
         self.write_producer_snapshot(end, &snapshot).await?;
+        self.write_clean_marker(marker).await?;
+        Ok(true)
+    }
+
+    async fn write_clean_marker(&self, marker: bool) -> LogResult<()> {
         if marker {
             let dir = self.dir.clone();
             runtime::blocking(move || checkpoint::write_clean_shutdown(&dir))
                 .await
                 .map_err(|e| LogError::io(&self.dir, e))?;
         }
-        Ok(true)
+        Ok(())
+    }
+
+    /// The files are as the open found them, which was final: no tail
+    /// write was submitted, nothing was truncated, removed or swapped
+    /// (`generation`), and no append or roll changed the shape.
+    fn unchanged_since_open(&self) -> bool {
+        let state = self.state.borrow();
+        state.sealed_at_open == Some(state.shape())
+            && self.writes_submitted.get() == 0
+            && self.generation.get() == 0
+            && state.pending_snapshots.is_empty()
+            && state.unwritten_bytes() == 0
     }
 }

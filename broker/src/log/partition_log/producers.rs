@@ -111,7 +111,12 @@ impl PartitionLog {
             return 0;
         }
         state.producers_expired_ms = now_ms;
-        state.producers.remove_expired(now_ms, expiration_ms)
+        let removed = state.producers.remove_expired(now_ms, expiration_ms);
+        if removed > 0 {
+            // The snapshot on disk still names them: a close writes a new one.
+            state.sealed_at_open = None;
+        }
+        removed
     }
 
     /// Removes snapshot files below `log_start` (retention took their
