@@ -38,6 +38,8 @@ pub enum ServerError {
     Shard { shard: usize, reason: String },
     #[error("starting shards: {0}")]
     Start(std::io::Error),
+    #[error("{0}")]
+    PortInUse(std::io::Error),
 }
 
 /// Runs the broker until a stop signal; returns once every shard closed cleanly.
@@ -57,6 +59,14 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     })?;
     if lock.try_lock().is_err() {
         return Err(ServerError::DataDirLocked(dir));
+    }
+    let shard_addrs = (0..config.cores)
+        .map(|shard| std::net::SocketAddr::new(config.listen.ip(), config.shard_port(shard)));
+    for addr in std::iter::once(config.listen)
+        .chain(shard_addrs)
+        .chain(std::iter::once(config.admin_listen))
+    {
+        runtime::net::refuse_if_listened(addr).map_err(ServerError::PortInUse)?;
     }
     // Removed durably before any log opens: a crash from here on rescans.
     let clean_logs =

@@ -379,6 +379,18 @@ fn a_clean_shutdown_is_recorded_once_for_every_log() {
         0
     );
 
+    // Closed again with nothing written since the open: no file is
+    // rewritten, and the logs are still recorded and trusted.
+    assert_eq!(broker.stop(), Some(0));
+    assert!(data.join("clean-shutdown-logs").exists());
+    let mut broker = Broker::start(&data, 2);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    check(&mut client, "c", &tags);
+    assert_eq!(
+        metric_sum(&broker, "ringlog_log_rescanned_segments_total"),
+        0
+    );
+
     broker.kill9();
     let broker = Broker::start(&data, 2);
     let mut client = Client::connect(broker.addr()).unwrap();
@@ -387,4 +399,76 @@ fn a_clean_shutdown_is_recorded_once_for_every_log() {
         metric_sum(&broker, "ringlog_log_rescanned_segments_total") >= i64::from(PARTITIONS),
         "after a crash every log is rescanned"
     );
+}
+
+/// A listener on 127.0.0.1:`port` with SO_REUSEPORT only, as glommio's own
+/// bind makes one.
+fn bind_reuse_port_only(port: u16) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())?;
+    Ok(socket)
+}
+
+/// The port's last listener set SO_REUSEADDR (as tokio's, Java's and Rust's
+/// std do) and closed its connections first, which leaves them in TIME-WAIT
+/// for a minute: a listener with SO_REUSEPORT alone cannot bind then, and
+/// the broker still starts at once.
+#[test]
+fn a_broker_starts_on_a_port_whose_last_connections_wait_in_time_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::cluster::free_port_block(1);
+    {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        // The listening side closes first: its end goes to TIME-WAIT.
+        drop(accepted);
+        std::thread::sleep(Duration::from_millis(100));
+        drop(client);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        bind_reuse_port_only(port).unwrap_err().kind(),
+        std::io::ErrorKind::AddrInUse,
+        "the TIME-WAIT connection holds the port against SO_REUSEPORT alone"
+    );
+    let broker = Broker::start_on(&dir.path().join("data"), 1, port);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("t", 1, &[]), ErrorCode::None);
+}
+
+/// SO_REUSEPORT would let a second broker started on a port in use join the
+/// first's listeners and take some of its connections: it refuses to start
+/// instead, and the first serves on.
+#[test]
+fn a_second_broker_on_a_port_in_use_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&dir.path().join("first"), 1);
+    assert!(
+        bind_reuse_port_only(broker.port).is_ok(),
+        "the kernel alone would let it in"
+    );
+    let log = dir.path().join("second.log");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_ringlog-broker"))
+        .args(["--node-id", "2", "--cores", "1", "--listen"])
+        .arg(format!("127.0.0.1:{}", broker.port))
+        .arg("--data-dir")
+        .arg(dir.path().join("second"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .unwrap();
+    assert!(!status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(&format!(
+            "another process listens on 127.0.0.1:{} already",
+            broker.port
+        )),
+        "{text}"
+    );
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("t", 1, &[]), ErrorCode::None);
 }

@@ -86,9 +86,9 @@ fn broker_ports(port: u16, embedded_controller: bool) -> Vec<(u16, Bind)> {
     const ADMIN_PORT_OFFSET: u16 = 64;
     const EMBEDDED_CONTROLLER_PORT_OFFSET: u16 = 65;
     let mut ports = vec![
-        (port, Bind::ReusePort),
-        (port + SHARD_PORT_OFFSET, Bind::ReusePort),
-        (port + ADMIN_PORT_OFFSET, Bind::ReusePort),
+        (port, Bind::ReuseAddressAndPort),
+        (port + SHARD_PORT_OFFSET, Bind::ReuseAddressAndPort),
+        (port + ADMIN_PORT_OFFSET, Bind::ReuseAddressAndPort),
     ];
     if embedded_controller {
         ports.push((port + EMBEDDED_CONTROLLER_PORT_OFFSET, Bind::ReuseAddress));

@@ -178,8 +178,8 @@ impl Process {
 /// its previous life left behind (in TIME-WAIT or FIN-WAIT) does to a bind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bind {
-    /// SO_REUSEPORT only: the broker's shard listeners (glommio).
-    ReusePort,
+    /// SO_REUSEADDR and SO_REUSEPORT: the broker's listeners.
+    ReuseAddressAndPort,
     /// SO_REUSEADDR only: the controller's listener (tokio), also when a
     /// broker embeds it.
     ReuseAddress,
@@ -195,7 +195,10 @@ fn can_bind(port: u16, bind: Bind) -> bool {
     Socket::new(Domain::IPV4, Type::STREAM, None)
         .and_then(|socket| {
             match bind {
-                Bind::ReusePort => socket.set_reuse_port(true)?,
+                Bind::ReuseAddressAndPort => {
+                    socket.set_reuse_address(true)?;
+                    socket.set_reuse_port(true)?;
+                }
                 Bind::ReuseAddress => socket.set_reuse_address(true)?,
             }
             socket.bind(&address.into())

@@ -1,5 +1,5 @@
 //! TCP for the shards: listeners (SO_REUSEPORT, so every shard can accept on the
-//! broker's main port) and connections split into a read half and a write half
+//! broker's main port, and SO_REUSEADDR, so a restart binds at once) and connections split into a read half and a write half
 //! that two tasks of the same executor drive independently. While a
 //! simulation runs on the thread, the same types are the simulated network's
 //! (`sim::net`), so connections, their framing and their timeouts run
@@ -19,6 +19,54 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use super::sim;
 use super::sim::net::{SimListener, SimReadHalf, SimWriteHalf};
 
+/// Connections a listener's kernel queue holds before the shard accepts
+/// them (glommio's own bind uses the same).
+pub const ACCEPT_BACKLOG_CONNECTIONS_MAX: i32 = 1024;
+
+/// Binds and listens with SO_REUSEPORT, so every shard can listen on the
+/// broker's main port, and SO_REUSEADDR, without which a restart cannot bind
+/// for a minute when the port's last listener set it (tokio's and Java's
+/// do) and its connections are in TIME-WAIT.
+fn bind_listening(addr: SocketAddr) -> io::Result<glommio::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(ACCEPT_BACKLOG_CONNECTIONS_MAX)?;
+    // glommio takes a listening socket only as a raw descriptor.
+    // SAFETY: `into_raw_fd` gives up the only owner of a bound, listening TCP
+    // socket, so the listener becomes its sole owner and closes it once.
+    #[allow(unsafe_code)]
+    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(socket.into_raw_fd()) };
+    Ok(listener)
+}
+
+/// Fails when a process listens on `addr` already. The shards' SO_REUSEPORT
+/// would let a second broker started on the same port join the first's
+/// listeners and take half its connections; this check at start refuses
+/// it, as a plain bind would.
+pub fn refuse_if_listened(addr: SocketAddr) -> io::Result<()> {
+    let mut target = addr;
+    if target.ip().is_unspecified() {
+        target.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    match std::net::TcpStream::connect_timeout(&target, LISTENER_PROBE_TIMEOUT) {
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("another process listens on {addr} already"),
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
+/// How long `refuse_if_listened` waits for a connection on loopback.
+const LISTENER_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
 #[derive(Debug)]
 pub struct Listener {
     inner: ListenerInner,
@@ -35,7 +83,7 @@ impl Listener {
         let inner = if sim::is_active() {
             ListenerInner::Sim(SimListener::bind(addr)?)
         } else {
-            ListenerInner::Glommio(glommio::net::TcpListener::bind(addr)?)
+            ListenerInner::Glommio(bind_listening(addr)?)
         };
         Ok(Listener { inner })
     }
