@@ -131,15 +131,10 @@ impl Shard {
     /// partition's only replica and its whole ISR (every partition of a
     /// replication factor of 1), which are most of a broker's thousands.
     fn isr_candidates(&self) -> Vec<(PartitionKey, Rc<Replica>)> {
-        self.replicas
-            .borrow()
-            .iter()
-            .filter(|(_, replica)| {
-                let role = replica.role();
-                role.leader && !(role.replicas.len() == 1 && role.isr == role.replicas)
-            })
-            .map(|(key, replica)| (key.clone(), replica.clone()))
-            .collect()
+        self.replicas_where(|replica| {
+            let role = replica.role();
+            role.leader && !(role.replicas.len() == 1 && role.isr == role.replicas)
+        })
     }
 
     /// Queues `replica` for the next maintenance tick, once: its log was
@@ -183,18 +178,12 @@ impl Shard {
         let mut due = std::mem::take(&mut *self.maintenance_queue.borrow_mut());
         if scan_due || retention_due {
             let now_ms = self.clock.now_ms();
-            let replicas = self.replicas.borrow();
-            due.extend(
-                replicas
-                    .iter()
-                    .filter(|(_, replica)| !replica.maintenance_queued.get())
-                    .filter(|(_, replica)| {
-                        retention_due
-                            || replica.log.maintenance_due(now_ms)
-                            || Self::still_busy(replica)
-                    })
-                    .map(|(key, replica)| (key.clone(), replica.clone())),
-            );
+            due.extend(self.replicas_where(|replica| {
+                !replica.maintenance_queued.get()
+                    && (retention_due
+                        || replica.log.maintenance_due(now_ms)
+                        || Self::still_busy(replica))
+            }));
         }
         for (_, replica) in &due {
             replica.maintenance_queued.set(false);

@@ -381,9 +381,15 @@ impl Shard {
     /// The replicas held now, as owned handles: a loop over them may await
     /// while replicas are added or removed.
     fn replica_list(&self) -> Vec<(PartitionKey, Rc<Replica>)> {
+        self.replicas_where(|_| true)
+    }
+
+    /// As `replica_list`, only the replicas `keep` selects.
+    fn replicas_where(&self, keep: impl Fn(&Replica) -> bool) -> Vec<(PartitionKey, Rc<Replica>)> {
         self.replicas
             .borrow()
             .iter()
+            .filter(|(_, r)| keep(r))
             .map(|(k, r)| (k.clone(), r.clone()))
             .collect()
     }

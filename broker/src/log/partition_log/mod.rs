@@ -119,6 +119,12 @@ struct LogShape {
 }
 
 impl LogState {
+    /// Staged bytes not yet in their file, or a rolled segment not yet
+    /// finished: work for a write-out even without a sync.
+    fn has_unwritten(&self) -> bool {
+        self.segments.iter().any(|s| s.closing) || self.unwritten_bytes() > 0
+    }
+
     fn shape(&self) -> LogShape {
         LogShape {
             log_start: self.segments.front().expect("a log has a segment").base,
@@ -859,9 +865,7 @@ impl PartitionLog {
         let state = self.state.borrow();
         let unsynced = self.durable.get() < state.active().next_offset.0;
         let syncs = !matches!(self.config.borrow().flush_policy, FlushPolicy::None);
-        (syncs && unsynced)
-            || state.segments.iter().any(|s| s.closing)
-            || state.unwritten_bytes() > 0
+        (syncs && unsynced) || state.has_unwritten()
     }
 
     /// Periodic work: interval flushes, write-behind of staged bytes and
@@ -873,8 +877,7 @@ impl PartitionLog {
         // written out again, as `has_pending_writes` reports it.
         let (last_sync_ms, has_unwritten) = {
             let state = self.state.borrow();
-            let closing = state.segments.iter().any(|s| s.closing);
-            (state.last_sync_ms, closing || state.unwritten_bytes() > 0)
+            (state.last_sync_ms, state.has_unwritten())
         };
         // A log closed by its owner has nothing left here: everything is
         // written, synced and checkpointed. One closed by a failed compaction
@@ -1877,6 +1880,6 @@ impl PartitionLog {
             && self.writes_submitted.get() == 0
             && self.generation.get() == 0
             && state.pending_snapshots.is_empty()
-            && state.unwritten_bytes() == 0
+            && !state.has_unwritten()
     }
 }
