@@ -46,7 +46,10 @@ fn bind_listening(addr: SocketAddr) -> io::Result<glommio::net::TcpListener> {
 /// Fails when a process listens on `addr` already. The shards' SO_REUSEPORT
 /// would let a second broker started on the same port join the first's
 /// listeners and take half its connections; this check at start refuses
-/// it, as a plain bind would.
+/// it, as a plain bind would. A listener found is looked for again for up
+/// to `LISTENER_GONE_WAIT_MS_MAX`: the listening socket of a process just
+/// killed outlives it while the kernel cancels what its io_uring rings
+/// still had in flight on it (an accept).
 pub fn refuse_if_listened(addr: SocketAddr) -> io::Result<()> {
     let mut target = addr;
     if target.ip().is_unspecified() {
@@ -55,17 +58,24 @@ pub fn refuse_if_listened(addr: SocketAddr) -> io::Result<()> {
             SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
         });
     }
-    match std::net::TcpStream::connect_timeout(&target, LISTENER_PROBE_TIMEOUT) {
-        Ok(_) => Err(io::Error::new(
-            io::ErrorKind::AddrInUse,
-            format!("another process listens on {addr} already"),
-        )),
-        Err(_) => Ok(()),
+    let deadline = std::time::Instant::now() + Duration::from_millis(LISTENER_GONE_WAIT_MS_MAX);
+    while std::net::TcpStream::connect_timeout(&target, LISTENER_PROBE_TIMEOUT).is_ok() {
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("another process listens on {addr} already"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(())
 }
 
 /// How long `refuse_if_listened` waits for a connection on loopback.
 const LISTENER_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long a listener found at start may take to go away.
+pub const LISTENER_GONE_WAIT_MS_MAX: u64 = 5_000;
 
 #[derive(Debug)]
 pub struct Listener {
