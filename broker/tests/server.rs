@@ -272,6 +272,61 @@ fn a_long_poll_leaves_no_waits_behind() {
     }
 }
 
+/// A consumer fetch naming many idle partitions of one shard wakes for a
+/// record appended to any one of them: the response holds it, where a
+/// missed wake would answer empty at the deadline.
+#[test]
+fn a_fetch_over_many_idle_partitions_wakes_for_a_record_in_any_of_them() {
+    const MANY: i32 = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&dir.path().join("data"), 1);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("idle", MANY, &[]), ErrorCode::None);
+    // Round 0 waits on empty partitions, round 1 on partitions one record
+    // long, at their end.
+    for round in 0..2 {
+        let target = if round == 0 { MANY - 1 } else { 7 };
+        let partitions: Vec<(i32, i64)> = (0..MANY).map(|p| (p, round)).collect();
+        let mut poller = Client::connect(broker.addr()).unwrap();
+        let id = poller.send_fetch_many("idle", &partitions, 15_000, 64 << 20);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric_sum(&broker, "ringlog_fetch_waiters") < i64::from(MANY) {
+            assert!(Instant::now() < deadline, "the poll never waited");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            client
+                .produce("idle", target, &batch(target as u64, 1, 5, 10), 1)
+                .0,
+            ErrorCode::None
+        );
+        let (got, response) = poller.receive().unwrap();
+        assert_eq!(got, id);
+        let parsed =
+            protocol::flatbuffers::root::<protocol::wire::FetchResponse>(&response.body).unwrap();
+        let with_records: Vec<(i32, i64)> = parsed
+            .topics()
+            .unwrap()
+            .get(0)
+            .partitions()
+            .unwrap()
+            .iter()
+            .filter(|p| p.records().unwrap().length() > 0)
+            .map(|p| (p.partition(), p.high_watermark()))
+            .collect();
+        assert_eq!(with_records, vec![(target, round + 1)]);
+        assert_eq!(decode(&response.payload).len(), 1);
+        if round == 0 {
+            for partition in (0..MANY).filter(|p| *p != target) {
+                assert_eq!(
+                    client.produce("idle", partition, &batch(1, 1, 5, 10), 1).0,
+                    ErrorCode::None
+                );
+            }
+        }
+    }
+}
+
 /// A fetch over several partitions reads from disk only what its response
 /// has room for, in request order: partitions past the room answer their
 /// state without reading (each used to read up to its own bound, and the
