@@ -272,6 +272,28 @@ fn a_long_poll_leaves_no_waits_behind() {
     }
 }
 
+/// (partition, bytes of records, high watermark) of each partition of the
+/// first topic of a fetch response, in response order.
+fn fetch_results(response: &support::cluster::Response) -> Vec<(i32, u32, i64)> {
+    let parsed =
+        protocol::flatbuffers::root::<protocol::wire::FetchResponse>(&response.body).unwrap();
+    parsed
+        .topics()
+        .unwrap()
+        .get(0)
+        .partitions()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p.partition(),
+                p.records().unwrap().length(),
+                p.high_watermark(),
+            )
+        })
+        .collect()
+}
+
 /// A consumer fetch naming many idle partitions of one shard wakes for a
 /// record appended to any one of them: the response holds it, where a
 /// missed wake would answer empty at the deadline.
@@ -302,17 +324,10 @@ fn a_fetch_over_many_idle_partitions_wakes_for_a_record_in_any_of_them() {
         );
         let (got, response) = poller.receive().unwrap();
         assert_eq!(got, id);
-        let parsed =
-            protocol::flatbuffers::root::<protocol::wire::FetchResponse>(&response.body).unwrap();
-        let with_records: Vec<(i32, i64)> = parsed
-            .topics()
-            .unwrap()
-            .get(0)
-            .partitions()
-            .unwrap()
-            .iter()
-            .filter(|p| p.records().unwrap().length() > 0)
-            .map(|p| (p.partition(), p.high_watermark()))
+        let with_records: Vec<(i32, i64)> = fetch_results(&response)
+            .into_iter()
+            .filter(|&(_, length, _)| length > 0)
+            .map(|(partition, _, high_watermark)| (partition, high_watermark))
             .collect();
         assert_eq!(with_records, vec![(target, round + 1)]);
         assert_eq!(decode(&response.payload).len(), 1);
@@ -359,23 +374,7 @@ fn a_fetch_reads_from_disk_only_what_its_response_holds() {
     );
     let (got, response) = client.receive().unwrap();
     assert_eq!(got, id);
-    let parsed =
-        protocol::flatbuffers::root::<protocol::wire::FetchResponse>(&response.body).unwrap();
-    let returned: Vec<(i32, u32, i64)> = parsed
-        .topics()
-        .unwrap()
-        .get(0)
-        .partitions()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p.partition(),
-                p.records().unwrap().length(),
-                p.high_watermark(),
-            )
-        })
-        .collect();
+    let returned = fetch_results(&response);
     assert_eq!(returned.len(), 4, "{returned:?}");
     // The first partition asked fills the response; the others answer their
     // high watermark with no records.
