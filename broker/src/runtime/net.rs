@@ -1,6 +1,7 @@
-//! TCP for the shards: listeners (SO_REUSEPORT, so every shard can accept on the
-//! broker's main port, and SO_REUSEADDR, so a restart binds at once) and connections split into a read half and a write half
-//! that two tasks of the same executor drive independently. While a
+//! TCP for the shards: listeners and connections split into a read half and
+//! a write half that two tasks of the same executor drive independently.
+//! Listeners set SO_REUSEPORT, so every shard can accept on the broker's main
+//! port, and SO_REUSEADDR, so a restart binds at once. While a
 //! simulation runs on the thread, the same types are the simulated network's
 //! (`sim::net`), so connections, their framing and their timeouts run
 //! unchanged under a seed.

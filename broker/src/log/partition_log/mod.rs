@@ -1846,7 +1846,9 @@ impl PartitionLog {
         if self.unchanged_since_open() {
             // Most of a broker's partitions, most restarts: five file
             // writes and syncs each saved.
-            self.write_clean_marker(marker).await?;
+            if marker {
+                self.write_clean_marker().await?;
+            }
             return Ok(true);
         }
         self.write_out(true).await?;
@@ -1857,18 +1859,17 @@ impl PartitionLog {
         // The next open then replays nothing.
         let snapshot = self.state.borrow().producers.encode_snapshot(end);
         self.write_producer_snapshot(end, &snapshot).await?;
-        self.write_clean_marker(marker).await?;
+        if marker {
+            self.write_clean_marker().await?;
+        }
         Ok(true)
     }
 
-    async fn write_clean_marker(&self, marker: bool) -> LogResult<()> {
-        if marker {
-            let dir = self.dir.clone();
-            runtime::blocking(move || checkpoint::write_clean_shutdown(&dir))
-                .await
-                .map_err(|e| LogError::io(&self.dir, e))?;
-        }
-        Ok(())
+    async fn write_clean_marker(&self) -> LogResult<()> {
+        let dir = self.dir.clone();
+        runtime::blocking(move || checkpoint::write_clean_shutdown(&dir))
+            .await
+            .map_err(|e| LogError::io(&self.dir, e))
     }
 
     /// The files are as the open found them, which was final: no tail
