@@ -41,6 +41,7 @@ use crate::consume::{
     record_consumed, wall_us, History, RideThroughCounters, FETCH_BYTES_MAX,
     FETCH_PARTITION_BYTES_MAX, FETCH_WAIT_MS, RETRY_BACKOFF_MS,
 };
+use crate::cpu::CpuSample;
 use crate::group_consumers::{
     describe_committed_lags, FinishedGroup, GroupConsumers, GroupSummary,
 };
@@ -326,6 +327,8 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
     ticker.tick().await;
     let mut producers_done = false;
     let mut drain_deadline_ns = u64::MAX;
+    // CPU is read at the first measured tick and when the schedule ends.
+    let mut cpu_at_measure_start: Option<CpuSample> = None;
     loop {
         ticker.tick().await;
         let now_ns = clock.now_ns();
@@ -334,6 +337,9 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
         } else {
             Phase::Measure
         };
+        if phase == Phase::Measure && cpu_at_measure_start.is_none() && !producers_done {
+            cpu_at_measure_start = CpuSample::read();
+        }
         let summary = take_interval(
             &mut recorder,
             &all_stats,
@@ -345,6 +351,12 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
         println!("{}", format_progress_line(&summary, phase == Phase::Warmup));
         if !producers_done && producer_tasks.iter().all(|t| t.is_finished()) {
             producers_done = true;
+            let cpu_at_end = CpuSample::read();
+            recorder.set_cpu(
+                cpu_at_measure_start
+                    .zip(cpu_at_end)
+                    .and_then(|(start, end)| start.until(&end)),
+            );
             drain_deadline_ns = now_ns + DRAIN_MS_MAX * 1_000_000;
         }
         if producers_done

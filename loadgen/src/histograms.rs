@@ -5,6 +5,7 @@
 //! the progress line and time series, and into run totals for the report.
 //! No clocks and no I/O: callers pass durations in.
 
+use crate::cpu::CpuUse;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -287,6 +288,8 @@ pub struct RunRecorder {
     all_counters: Counters,
     series: Vec<IntervalSummary>,
     intervals_dropped: u64,
+    /// CPU use over the measured seconds, where `/proc` could tell.
+    cpu: Option<CpuUse>,
 }
 
 impl RunRecorder {
@@ -298,7 +301,16 @@ impl RunRecorder {
             all_counters: Counters::default(),
             series: Vec::new(),
             intervals_dropped: 0,
+            cpu: None,
         }
+    }
+
+    pub fn set_cpu(&mut self, cpu: Option<CpuUse>) {
+        self.cpu = cpu;
+    }
+
+    pub fn cpu(&self) -> Option<CpuUse> {
+        self.cpu
     }
 
     /// Drains every worker, summarises the interval that ended at

@@ -10,9 +10,11 @@
 //! consumer groups instead, with `group_stability` deciding when a group
 //! may start and `group_progress` counting what each group read; `consume`
 //! holds what both kinds of consumer share. `max_rate` decides the steps of
-//! `--scenario max-rate`, each one a whole run.
+//! `--scenario max-rate`, each one a whole run. `cpu` reads what the load
+//! generator and the rest of the machine used over the measured seconds.
 
 pub mod consume;
+pub mod cpu;
 pub mod driver;
 pub mod group_consumers;
 pub mod group_progress;

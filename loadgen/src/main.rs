@@ -338,6 +338,12 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "longest partition unavailability {} ms · batches retried {} · fetch errors ridden through {}",
         outcome.longest_ack_gap_ms, outcome.retried_batches, outcome.fetch_errors
     );
+    if let Some(cpu) = outcome.recorder.cpu() {
+        println!(
+            "cpu over the measured seconds: load generator {:.2} cores, everything else {:.2} (the broker, on a host running nothing else), taken by the hypervisor {:.2}, of {}",
+            cpu.loadgen_cores, cpu.other_cores, cpu.stolen_cores, cpu.machine_cores
+        );
+    }
     for group in &outcome.groups {
         println!("{}", group.render_line(partitions));
     }

@@ -19,6 +19,7 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use thiserror::Error;
 
+use crate::cpu::CpuUse;
 use crate::histograms::{
     us_to_ms, Counters, IntervalSummary, LatencyHistograms, LatencyKind, LatencySummary,
     RunRecorder, SIGNIFICANT_VALUE_DIGITS,
@@ -177,6 +178,9 @@ pub struct TestResult {
     pub unsent_messages: u64,
     /// Addition: intervals beyond `INTERVALS_MAX` left out of the arrays.
     pub intervals_dropped: u64,
+    /// Addition: cores the load generator and everything else on the host
+    /// used over the measured seconds (null where `/proc` could not tell).
+    pub cpu: Option<CpuUse>,
 }
 
 fn column<T>(series: &[IntervalSummary], pick: impl Fn(&IntervalSummary) -> T) -> Vec<T> {
@@ -251,6 +255,7 @@ impl TestResult {
             errors: counters.errors,
             unsent_messages: counters.unsent_messages,
             intervals_dropped: recorder.intervals_dropped(),
+            cpu: recorder.cpu(),
         }
     }
 }
@@ -439,6 +444,32 @@ pub(crate) mod tests {
         // Publish latency is 1 ms plus up to 3 ms: the aggregate p50 sits in between.
         let p50 = value["aggregatedPublishLatency50pct"].as_f64().unwrap();
         assert!((1.0..4.0).contains(&p50), "{p50}");
+    }
+
+    // The CPU split is in result.json and report.html when read, null and
+    // absent when `/proc` could not tell.
+    #[test]
+    fn cpu_use_is_reported_when_known() {
+        let mut recorder = sample_recorder();
+        let unknown =
+            serde_json::to_value(TestResult::build(&sample_workload(), &recorder)).unwrap();
+        assert!(unknown["cpu"].is_null());
+        recorder.set_cpu(Some(CpuUse {
+            loadgen_cores: 0.75,
+            other_cores: 1.125,
+            stolen_cores: 0.25,
+            machine_cores: 2,
+        }));
+        let result = TestResult::build(&sample_workload(), &recorder);
+        let value = serde_json::to_value(&result).unwrap();
+        assert_eq!(value["cpu"]["loadgenCores"], 0.75);
+        assert_eq!(value["cpu"]["otherCores"], 1.125);
+        assert_eq!(value["cpu"]["stolenCores"], 0.25);
+        assert_eq!(value["cpu"]["machineCores"], 2);
+        let html = crate::report_html::render_html(&result);
+        assert!(html.contains("load generator 0.75 cores"), "{html}");
+        assert!(html.contains("everything else 1.12"), "{html}");
+        assert!(html.contains("taken by the hypervisor 0.25"), "{html}");
     }
 
     // Quantile curves come out in increasing percentile order, values non-decreasing.

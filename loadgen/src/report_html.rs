@@ -297,6 +297,13 @@ pub fn render_html(r: &TestResult) -> String {
         "<p>published {} · acked {} · consumed {} · errors {} · all latencies in ms</p>",
         r.published_messages, r.acked_messages, r.consumed_messages, r.errors
     );
+    if let Some(cpu) = r.cpu {
+        let _ = writeln!(
+            page,
+            "<p>CPU over the measured seconds, of {} cores: load generator {:.2} cores · everything else {:.2} (the broker, on a host running nothing else) · taken by the hypervisor {:.2}</p>",
+            cpu.machine_cores, cpu.loadgen_cores, cpu.other_cores, cpu.stolen_cores
+        );
+    }
     page.push_str(&summary_table(r));
     page.push_str(&svg_chart(
         "Latency by percentile",
