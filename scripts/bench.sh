@@ -51,8 +51,8 @@ scripts/ceilings.sh "$out" >> "$table"
     echo
     echo "## Scenarios"
     echo
-    echo "| scenario | offered msgs/s | achieved msgs/s | MB/s in | publish p50 / p99 / p99.9 ms | publish delay p99 ms | end-to-end p99 ms | read MB/s | errors |"
-    echo "|---|---|---|---|---|---|---|---|---|"
+    echo "| scenario | offered msgs/s | achieved msgs/s | MB/s in | publish p50 / p99 / p99.9 ms | publish delay p99 ms | end-to-end p99 ms | read MB/s | errors | cores: load generator / rest / hypervisor |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
 } >> "$table"
 
 for entry in "${scenarios[@]}"; do
@@ -94,10 +94,13 @@ def row(name, r, offered):
     size = r["messageSize"]
     read = r["consumeRate"]
     read_mb = (sum(read) / len(read) if read else 0.0) * size / 1e6
+    cpu = r.get("cpu")
+    cores = (f"{cpu['loadgenCores']:.2f} / {cpu['otherCores']:.2f} / {cpu['stolenCores']:.2f}"
+             if cpu else "")
     return (f"| {name} | {offered:,} | {achieved:,.0f} | {achieved * size / 1e6:,.0f} | "
             f"{r['aggregatedPublishLatency50pct']:.2f} / {r['aggregatedPublishLatency99pct']:.2f} / "
             f"{r['aggregatedPublishLatency999pct']:.2f} | {r['aggregatedPublishDelayLatency99pct']:.2f} | "
-            f"{r['aggregatedEndToEndLatency99pct']:.2f} | {read_mb:,.0f} | {r['errors']} |")
+            f"{r['aggregatedEndToEndLatency99pct']:.2f} | {read_mb:,.0f} | {r['errors']} | {cores} |")
 max_rate = os.path.join(report, "max-rate.json")
 result = os.path.join(report, "result.json")
 if os.path.exists(max_rate):
@@ -108,17 +111,18 @@ if os.path.exists(max_rate):
         r = json.load(open(os.path.join(report, dirs[0], "result.json")))
         print(row(f"{entry} (highest rate held)", r, best))
     else:
-        print(f"| {entry} | | no step held | | | | | | |")
+        print(f"| {entry} | | no step held | | | | | | | |")
 elif os.path.exists(result):
     r = json.load(open(result))
     print(row(entry, r, r["targetRateMsgsPerS"] if "targetRateMsgsPerS" in r else 0))
 else:
-    print(f"| {entry} | | no report (see loadgen-{entry}.log) | | | | | | |")
+    print(f"| {entry} | | no report (see loadgen-{entry}.log) | | | | | | | |")
 PY
 done
 {
     echo
-    echo "Rates and latencies are over each run's measured phase (after its warmup);"
+    echo "Rates, latencies and cores are over each run's measured phase (after its warmup);"
+    echo "\"rest\" is everything on the host but the load generator: the broker, when alone;"
     echo "reports, logs and per-step results are in $out."
 } >> "$table"
 echo
