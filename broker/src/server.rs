@@ -40,11 +40,26 @@ pub enum ServerError {
     Start(std::io::Error),
     #[error("{0}")]
     PortInUse(std::io::Error),
+    #[error("{0}")]
+    CpusNotAllowed(String),
 }
 
 /// Runs the broker until a stop signal; returns once every shard closed cleanly.
 pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     let dir = config.data_dir.display().to_string();
+    // Asked on the main thread, whose mask is still the process's.
+    let cpus: Vec<usize> = shards::allowed_cpus()
+        .into_iter()
+        .take(config.cores)
+        .collect();
+    if cpus.len() < config.cores {
+        return Err(ServerError::CpusNotAllowed(format!(
+            "{} shards asked for, and this process may run on {} CPUs only ({cpus:?})",
+            config.cores,
+            cpus.len()
+        )));
+    }
+
     crate::log::create_dir_durably(&crate::cluster_view::topics_dir(&config.data_dir)).map_err(
         |source| ServerError::DataDir {
             path: dir.clone(),
@@ -85,9 +100,8 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     shards::stop_on_signals(&stop).map_err(ServerError::Start)?;
-    let cpus: Vec<usize> = (0..config.cores).collect();
     let mesh_queue_max = config.mesh_queue_max;
-    tracing::info!(node_id = config.node_id, listen = %config.listen, shards = config.cores, data_dir = %dir, controllers = ?config.controllers, "starting broker");
+    tracing::info!(node_id = config.node_id, listen = %config.listen, shards = config.cores, shard_cpus = ?cpus, data_dir = %dir, controllers = ?config.controllers, "starting broker");
     let idle_spin = Duration::from_micros(config.idle_spin_us);
     let options = shards::ExecutorOptions {
         mesh_queue_max,

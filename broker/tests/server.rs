@@ -526,3 +526,36 @@ fn a_second_broker_on_a_port_in_use_refuses_to_start() {
     let mut client = Client::connect(broker.addr()).unwrap();
     assert_eq!(client.create_topic("t", 1, &[]), ErrorCode::None);
 }
+
+/// Shards are pinned to the CPUs the process was given (`taskset`, a
+/// container's cpuset), never to CPUs 0.. it was kept off: a broker given
+/// only the machine's last CPU runs every thread there.
+#[test]
+fn shards_run_on_the_cpus_the_process_was_given() {
+    let allowed = core_affinity::get_core_ids().unwrap_or_default();
+    let Some(last) = allowed.iter().map(|core| core.id).max() else {
+        panic!("this test process's affinity mask is unreadable");
+    };
+    if allowed.len() < 2 {
+        eprintln!("one CPU only: pinning to it is all a broker can do");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_on_cpus(&dir.path().join("data"), 1, &last.to_string());
+    let pid = broker.child.as_ref().unwrap().id();
+    let mut shard_threads = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+        let Some(cpus) = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+        else {
+            continue; // the thread ended meanwhile
+        };
+        shard_threads += usize::from(name.starts_with("shard-"));
+        assert_eq!(cpus.trim(), last.to_string(), "thread {}", name.trim());
+    }
+    assert!(shard_threads >= 1);
+}

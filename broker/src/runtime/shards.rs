@@ -211,7 +211,20 @@ pub async fn wait_for_stop(stop: &AtomicBool, poll: Duration) {
     }
 }
 
-/// Number of CPUs this process may run on.
+/// Number of CPUs this process may run on (its affinity mask, and a cgroup
+/// CPU quota where one is set).
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The CPUs of this thread's affinity mask, lowest first: what `taskset` or
+/// a container's cpuset left the process, asked before any shard is
+/// pinned. Shards are pinned to these, so a broker started on CPUs 2-3
+/// runs its shards there, not on CPUs 0-1 that it was kept off (or that a
+/// cpuset refuses it).
+pub fn allowed_cpus() -> Vec<usize> {
+    core_affinity::get_core_ids()
+        .map(|ids| ids.into_iter().map(|core| core.id).collect::<Vec<_>>())
+        .filter(|ids| !ids.is_empty())
+        .unwrap_or_else(|| (0..available_cpus()).collect())
 }

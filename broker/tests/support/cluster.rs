@@ -53,9 +53,32 @@ impl Broker {
         extra: &[&str],
         log_path: &Path,
     ) -> Broker {
+        let command = Command::new(env!("CARGO_BIN_EXE_ringlog-broker"));
+        Broker::launch(command, data_dir, cores, port, extra, log_path)
+    }
+
+    /// Starts under `taskset -c CPUS`: the process may run on those only.
+    pub fn start_on_cpus(data_dir: &Path, cores: usize, cpus: &str) -> Broker {
+        let port = free_port_block(cores as u16);
+        let mut command = Command::new("taskset");
+        command
+            .args(["-c", cpus])
+            .arg(env!("CARGO_BIN_EXE_ringlog-broker"));
+        let log_path = data_dir.with_extension(format!("broker-{port}.log"));
+        Broker::launch(command, data_dir, cores, port, &[], &log_path)
+    }
+
+    fn launch(
+        mut command: Command,
+        data_dir: &Path,
+        cores: usize,
+        port: u16,
+        extra: &[&str],
+        log_path: &Path,
+    ) -> Broker {
         let log_path = log_path.to_path_buf();
         let log = std::fs::File::create(&log_path).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_ringlog-broker"))
+        let child = command
             .args([
                 "--node-id",
                 "1",
