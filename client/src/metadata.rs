@@ -62,8 +62,19 @@ pub struct TopicMetadata {
 }
 
 impl TopicMetadata {
+    /// Constant time when ids run from 0 without gaps (the usual case), a
+    /// binary search otherwise: producers and consumers ask once per batch or
+    /// fetch entry, and a topic may have thousands of partitions.
     pub fn partition(&self, partition: i32) -> Option<&PartitionMetadata> {
-        self.partitions.iter().find(|p| p.partition == partition)
+        let at = usize::try_from(partition).ok()?;
+        match self.partitions.get(at) {
+            Some(p) if p.partition == partition => Some(p),
+            _ => self
+                .partitions
+                .binary_search_by_key(&partition, |p| p.partition)
+                .ok()
+                .map(|i| &self.partitions[i]),
+        }
     }
 
     pub fn partition_count(&self) -> usize {
@@ -177,5 +188,18 @@ mod tests {
             Err(ClientError::UnknownTopic(_))
         ));
         assert_eq!(join_host_port("::1", 1), "[::1]:1");
+    }
+
+    #[test]
+    fn finds_partitions_by_id_with_or_without_gaps() {
+        let mut topic = cluster().topics.remove(0);
+        assert_eq!(topic.partition(1).map(|p| p.partition), Some(1));
+        assert!(topic.partition(3).is_none() && topic.partition(-1).is_none());
+        // A response that left a partition out: ids no longer match places.
+        topic.partitions.remove(0);
+        for id in [1, 2] {
+            assert_eq!(topic.partition(id).map(|p| p.partition), Some(id));
+        }
+        assert!(topic.partition(0).is_none());
     }
 }

@@ -781,15 +781,12 @@ impl Sender {
 
     fn handle_outcome(&mut self, outcome: RequestOutcome) {
         let acks_none = self.config.acks == Acks::None;
-        for batch in outcome.batches {
+        for (index, batch) in outcome.batches.into_iter().enumerate() {
             let tp = &batch.topic_partition;
             let result = match &outcome.result {
                 Err(error) => Err(error.clone()),
                 Ok(_) if acks_none => Ok(-1),
-                Ok(outcomes) => match outcomes
-                    .iter()
-                    .find(|o| o.topic == tp.topic && o.partition == tp.partition)
-                {
+                Ok(outcomes) => match partition_outcome(outcomes, index, tp) {
                     None => Err(ClientError::MalformedResponse(format!(
                         "no produce result for {}-{}",
                         tp.topic, tp.partition
@@ -903,6 +900,22 @@ impl Sender {
         self.accumulator.complete(&batch);
         resolve(batch, result);
     }
+}
+
+/// The answer for `tp`, the `index`th partition of its request. A broker
+/// answers in request order, so the same place is looked at first: a search
+/// per batch would cost a request of thousands of partitions millions of
+/// comparisons.
+fn partition_outcome<'a>(
+    outcomes: &'a [ProduceOutcome],
+    index: usize,
+    tp: &TopicPartition,
+) -> Option<&'a ProduceOutcome> {
+    let matches = |o: &&ProduceOutcome| o.topic == tp.topic && o.partition == tp.partition;
+    outcomes
+        .get(index)
+        .filter(matches)
+        .or_else(|| outcomes.iter().find(matches))
 }
 
 /// Resolves every record future of a completed batch.
@@ -1026,4 +1039,46 @@ fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(topic: &str, partition: i32, base_offset: i64) -> ProduceOutcome {
+        ProduceOutcome {
+            topic: topic.into(),
+            partition,
+            error: ErrorCode::None,
+            error_message: None,
+            base_offset,
+        }
+    }
+
+    #[test]
+    fn each_batch_gets_its_own_partitions_answer_in_any_order() {
+        let in_order = [
+            outcome("a", 0, 10),
+            outcome("a", 1, 20),
+            outcome("b", 0, 30),
+        ];
+        let b0 = TopicPartition::new("b".to_owned(), 0);
+        assert_eq!(
+            partition_outcome(&in_order, 2, &b0).map(|o| o.base_offset),
+            Some(30)
+        );
+        // An answer in another order is still matched by name and partition.
+        let shuffled = [
+            outcome("b", 0, 30),
+            outcome("a", 1, 20),
+            outcome("a", 0, 10),
+        ];
+        let a0 = TopicPartition::new("a".to_owned(), 0);
+        assert_eq!(
+            partition_outcome(&shuffled, 0, &a0).map(|o| o.base_offset),
+            Some(10)
+        );
+        let missing = TopicPartition::new("a".to_owned(), 7);
+        assert!(partition_outcome(&shuffled, 1, &missing).is_none());
+    }
 }

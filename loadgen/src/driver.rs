@@ -23,7 +23,7 @@
 //! With `--transaction-ms` each worker writes in transactions
 //! (`transactions.rs`) and consumers read committed records only.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -460,6 +460,11 @@ impl Consumers {
                 config: config.clone(),
                 cluster: cluster.clone(),
                 refresher: refresher.clone(),
+                slots: positions[index]
+                    .iter()
+                    .enumerate()
+                    .map(|(slot, &(partition, _))| (partition, slot))
+                    .collect(),
                 partitions: positions[index].clone(),
                 stats: stats.clone(),
                 stop: stop.clone(),
@@ -752,6 +757,11 @@ struct PartitionQueue {
     /// The sequence the next first-sent batch gets under the worker's
     /// producer id.
     next_sequence: Sequence,
+    /// Bytes of the partition's last sealed batch: a new batch reserves
+    /// about that much. Reserving a full batch each time cost one 64 KiB
+    /// allocation per batch, a million a second when 10 000 partitions each
+    /// seal a one-record batch per linger.
+    last_batch_bytes: usize,
 }
 
 impl PartitionQueue {
@@ -766,6 +776,7 @@ impl PartitionQueue {
             connection: None,
             retry_at_ns: 0,
             next_sequence: Sequence(0),
+            last_batch_bytes: 0,
         }
     }
 }
@@ -1129,10 +1140,12 @@ impl ProducerWorker {
         let record_bytes_max = self.value.len() + self.key.len() + RECORD_OVERHEAD_BYTES_MAX;
         let transactional = self.txn.is_some();
         let queue = &mut self.queues[partition];
+        let reserve_bytes = (queue.last_batch_bytes + queue.last_batch_bytes / 4).min(batch_bytes)
+            + record_bytes_max;
         let batch = queue.open.get_or_insert_with(|| PendingBatch {
             builder: BatchBuilder::new(compression)
                 .transactional(transactional)
-                .with_capacity_bytes(batch_bytes + record_bytes_max),
+                .with_capacity_bytes(reserve_bytes),
             opened_ns: send_ns,
             sends: Vec::new(),
             buffered_bytes: 0,
@@ -1162,14 +1175,15 @@ impl ProducerWorker {
         let txn = self.txn.as_ref().map_or(0, TxnCycle::sealing_into);
         let queue = &mut self.queues[partition];
         if let Some(batch) = queue.open.take() {
+            queue.last_batch_bytes = batch.builder.size_bytes_uncompressed();
             // Checksummed once, at its first send, after the producer stamp.
             let mut bytes = batch
                 .builder
                 .build_without_crc()
                 .expect("a batch with records builds");
-            // The builder reserved a full batch; one sealed by its linger
-            // nearly empty would hold that memory until acknowledged, beyond
-            // what the worker's buffer bound counts.
+            // The builder reserved as much as the last batch took; one
+            // sealed by its linger far emptier would hold that memory until
+            // acknowledged, beyond what the worker's buffer bound counts.
             if bytes.capacity() > 2 * bytes.len() {
                 bytes.shrink_to_fit();
             }
@@ -1275,115 +1289,194 @@ impl ProducerWorker {
     }
 
     /// Sends the oldest sealed batches of every partition, up to its
-    /// in-flight bound; returns how many requests went out.
+    /// in-flight bound, in passes that take at most one batch per partition;
+    /// returns how many batches went out.
     async fn send_ready(&mut self, done: &mpsc::UnboundedSender<Completion>) -> usize {
-        let mut sent = 0;
-        for partition in 0..self.queues.len() {
-            sent += self.send_partition(partition, done).await;
-        }
-        sent
-    }
-
-    async fn send_partition(
-        &mut self,
-        partition: usize,
-        done: &mpsc::UnboundedSender<Completion>,
-    ) -> usize {
         let mut sent = 0;
         loop {
             let now_ns = self.shared.clock.now_ns();
-            if !self.may_send(partition, now_ns) {
+            let (taken, in_pass) = self.send_pass(now_ns, done).await;
+            sent += in_pass;
+            if taken == 0 {
                 return sent;
             }
-            let Some(connection) = self.leader_connection(partition).await else {
-                return sent;
-            };
-            let queue = &mut self.queues[partition];
-            let mut batch = queue.sealed.pop_front().expect("checked non-empty");
-            batch.first_sent_ns.get_or_insert(now_ns);
-            batch.sent_behind = queue.in_flight > 0;
-            if batch.send_index.is_none() {
-                batch.send_index = Some(queue.next_send_index);
-                batch.generation = self.generation;
-                queue.next_send_index += 1;
-                if self.shared.config.acks != Acks::None {
-                    queue
-                        .unresolved
-                        .insert((batch.generation, queue.next_send_index - 1));
-                }
-            }
-            if !batch.checksummed {
-                match self.identity {
-                    Some((id, epoch)) => {
-                        stamp_producer(&mut batch.bytes, id, epoch, queue.next_sequence);
-                        queue.next_sequence =
-                            queue.next_sequence.advanced_by(batch.sends.len() as i64);
-                        batch.stamped = true;
-                    }
-                    None => seal_crc(&mut batch.bytes),
-                }
-                batch.checksummed = true;
-            }
-            let acks = match self.shared.config.acks {
-                Acks::None => 0,
-                Acks::Leader => 1,
-                Acks::All => -1,
-            };
-            let entry = ProduceEntry {
-                topic: &self.shared.config.topic,
-                partition: partition as i32,
-                batch: &batch.bytes,
-            };
-            let body = messages::produce_request(acks, PRODUCE_TIMEOUT_MS, &[entry]);
-            if acks == 0 {
-                self.send_unacknowledged(&connection, &body, batch).await;
-                continue;
-            }
-            let response = connection
-                .send(ApiKey::Produce, &body, &[&batch.bytes])
-                .await;
-            self.queues[partition].in_flight += 1;
-            sent += 1;
-            let shared = Completer {
-                stats: self.shared.stats.clone(),
-                clock: self.shared.clock,
-                acked: self.shared.acked.clone(),
-                gaps: self.shared.gaps.clone(),
-                delivery_timeout_ns: self.shared.config.delivery_timeout_ms * 1_000_000,
-                done: done.clone(),
-            };
-            tokio::spawn(async move {
-                let outcome = match response {
-                    Ok(future) => future
-                        .await
-                        .and_then(|r| messages::produce_response(r.body())),
-                    Err(e) => Err(e),
-                };
-                shared.complete(partition, batch, outcome);
-            });
         }
     }
 
-    /// acks=0: nothing is awaited; the batch's bytes are accounted as sent.
-    async fn send_unacknowledged(
+    /// One pass over the partitions: each batch that may go out joins the
+    /// request to its leader's connection, so a leader gets one request for
+    /// all of its ready partitions (as Kafka's producer drains per node)
+    /// rather than one per batch, which with thousands of partitions meant
+    /// hundreds of thousands of requests a second. Returns the batches taken
+    /// and those now awaiting an answer.
+    async fn send_pass(
         &mut self,
-        connection: &Connection,
-        body: &[u8],
-        batch: SealedBatch,
-    ) {
-        let result = connection
-            .send_without_response(ApiKey::Produce, body, &[&batch.bytes])
-            .await;
-        let now = self.shared.clock.now_ns();
-        let mut stats = self.shared.stats.lock().expect("stats lock");
-        for (send_ns, _) in &batch.sends {
-            match &result {
-                Ok(()) => stats.record_ack(now - send_ns),
-                Err(_) => stats.record_error(),
+        now_ns: u64,
+        done: &mpsc::UnboundedSender<Completion>,
+    ) -> (usize, usize) {
+        let mut requests: Vec<ProduceRequest> = Vec::new();
+        let (mut taken, mut sent) = (0, 0);
+        for partition in 0..self.queues.len() {
+            if !self.may_send(partition, now_ns) {
+                continue;
+            }
+            let Some(connection) = self.leader_connection(partition).await else {
+                continue;
+            };
+            let batch = self.take_for_send(partition, now_ns);
+            taken += 1;
+            let at = match requests
+                .iter()
+                .position(|r| r.connection.address() == connection.address())
+            {
+                Some(at) => at,
+                None => {
+                    requests.push(ProduceRequest {
+                        connection,
+                        batches: Vec::new(),
+                        bytes: 0,
+                    });
+                    requests.len() - 1
+                }
+            };
+            let request = &mut requests[at];
+            if request.bytes + batch.bytes.len() > PRODUCE_REQUEST_BYTES_MAX
+                && !request.batches.is_empty()
+            {
+                let full = ProduceRequest {
+                    connection: request.connection.clone(),
+                    batches: std::mem::take(&mut request.batches),
+                    bytes: std::mem::take(&mut request.bytes),
+                };
+                sent += self.send_request(full, done).await;
+            }
+            let request = &mut requests[at];
+            request.bytes += batch.bytes.len();
+            request.batches.push((partition, batch));
+        }
+        for request in requests {
+            if !request.batches.is_empty() {
+                sent += self.send_request(request, done).await;
             }
         }
-        drop(stats);
-        self.buffered_bytes -= batch.buffered_bytes;
+        (taken, sent)
+    }
+
+    /// Takes `partition`'s front batch to send: numbered at its first send,
+    /// stamped with the producer id and sequence or checksummed.
+    fn take_for_send(&mut self, partition: usize, now_ns: u64) -> SealedBatch {
+        let queue = &mut self.queues[partition];
+        let mut batch = queue.sealed.pop_front().expect("checked non-empty");
+        batch.first_sent_ns.get_or_insert(now_ns);
+        batch.sent_behind = queue.in_flight > 0;
+        if batch.send_index.is_none() {
+            batch.send_index = Some(queue.next_send_index);
+            batch.generation = self.generation;
+            queue.next_send_index += 1;
+            if self.shared.config.acks != Acks::None {
+                queue
+                    .unresolved
+                    .insert((batch.generation, queue.next_send_index - 1));
+            }
+        }
+        if !batch.checksummed {
+            match self.identity {
+                Some((id, epoch)) => {
+                    stamp_producer(&mut batch.bytes, id, epoch, queue.next_sequence);
+                    queue.next_sequence = queue.next_sequence.advanced_by(batch.sends.len() as i64);
+                    batch.stamped = true;
+                }
+                None => seal_crc(&mut batch.bytes),
+            }
+            batch.checksummed = true;
+        }
+        batch
+    }
+
+    /// Writes one produce request; with acks, a task awaits its answer and
+    /// completes each batch with its partition's result. Returns the
+    /// batches now awaiting an answer.
+    async fn send_request(
+        &mut self,
+        request: ProduceRequest,
+        done: &mpsc::UnboundedSender<Completion>,
+    ) -> usize {
+        let ProduceRequest {
+            connection,
+            batches,
+            ..
+        } = request;
+        let acks = match self.shared.config.acks {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        };
+        let topic = &self.shared.config.topic;
+        let entries: Vec<ProduceEntry<'_>> = batches
+            .iter()
+            .map(|(partition, batch)| ProduceEntry {
+                topic,
+                partition: *partition as i32,
+                batch: &batch.bytes,
+            })
+            .collect();
+        let body = messages::produce_request(acks, PRODUCE_TIMEOUT_MS, &entries);
+        let payload: Vec<&[u8]> = entries.iter().map(|e| e.batch).collect();
+        if acks == 0 {
+            let result = connection
+                .send_without_response(ApiKey::Produce, &body, &payload)
+                .await;
+            drop(payload);
+            drop(entries);
+            self.account_unacknowledged(batches, result.is_ok());
+            return 0;
+        }
+        let response = connection.send(ApiKey::Produce, &body, &payload).await;
+        drop(payload);
+        drop(entries);
+        for (partition, _) in &batches {
+            self.queues[*partition].in_flight += 1;
+        }
+        let count = batches.len();
+        let completer = Completer {
+            stats: self.shared.stats.clone(),
+            clock: self.shared.clock,
+            acked: self.shared.acked.clone(),
+            gaps: self.shared.gaps.clone(),
+            delivery_timeout_ns: self.shared.config.delivery_timeout_ms * 1_000_000,
+            done: done.clone(),
+        };
+        tokio::spawn(async move {
+            let outcome = match response {
+                Ok(future) => future
+                    .await
+                    .and_then(|r| messages::produce_response(r.body())),
+                Err(e) => Err(e),
+            };
+            for (index, (partition, batch)) in batches.into_iter().enumerate() {
+                let result = match &outcome {
+                    Ok(outcomes) => Ok(partition_outcome(outcomes, index, partition)),
+                    Err(e) => Err(e.is_retriable()),
+                };
+                completer.complete(partition, batch, result);
+            }
+        });
+        count
+    }
+
+    /// acks=0: nothing is awaited; the batches' bytes are accounted as sent.
+    fn account_unacknowledged(&mut self, batches: Vec<(usize, SealedBatch)>, written: bool) {
+        let now = self.shared.clock.now_ns();
+        let mut stats = self.shared.stats.lock().expect("stats lock");
+        for (_, batch) in &batches {
+            for (send_ns, _) in &batch.sends {
+                match written {
+                    true => stats.record_ack(now - send_ns),
+                    false => stats.record_error(),
+                }
+            }
+            self.buffered_bytes -= batch.buffered_bytes;
+        }
     }
 
     fn next_wake_ns(&self, now_ns: u64, sending: bool) -> u64 {
@@ -1416,6 +1509,32 @@ impl ProducerWorker {
     }
 }
 
+/// Bytes of batches in one produce request: the Kafka producer's default
+/// `max.request.size`, far below the broker's frame bound.
+const PRODUCE_REQUEST_BYTES_MAX: usize = 1 << 20;
+
+/// A produce request being filled for one leader connection, at most one
+/// batch per partition (an answer names partitions, not batches).
+struct ProduceRequest {
+    connection: Connection,
+    batches: Vec<(usize, SealedBatch)>,
+    bytes: usize,
+}
+
+/// `partition`'s result, the `index`th entry of its request: a broker answers
+/// in request order, so that place is looked at first.
+fn partition_outcome(
+    outcomes: &[messages::ProduceOutcome],
+    index: usize,
+    partition: usize,
+) -> Option<&messages::ProduceOutcome> {
+    let matches = |o: &&messages::ProduceOutcome| o.partition == partition as i32;
+    outcomes
+        .get(index)
+        .filter(matches)
+        .or_else(|| outcomes.iter().find(matches))
+}
+
 /// What a produce response's task needs to account for it.
 struct Completer {
     stats: Arc<Mutex<WorkerStats>>,
@@ -1429,17 +1548,19 @@ struct Completer {
 impl Completer {
     /// Records acks or errors for `batch`, or hands it back for a retry when
     /// the failure is retriable and its delivery timeout has not passed.
+    /// `outcome` is the partition's result in the answer (`None` when the
+    /// answer left it out), or whether the request's failure is retriable.
     fn complete(
-        self,
+        &self,
         partition: usize,
         batch: SealedBatch,
-        outcome: client::Result<Vec<messages::ProduceOutcome>>,
+        outcome: Result<Option<&messages::ProduceOutcome>, bool>,
     ) {
         let now = self.clock.now_ns();
         let sent_as = batch.send_index.map(|index| (batch.generation, index));
         let mut refused_behind = false;
-        let result = match &outcome {
-            Ok(results) => match results.first() {
+        let result = match outcome {
+            Ok(result) => match result {
                 Some(r) if r.error == ErrorCode::None => Ok(r.base_offset),
                 // Sent while an earlier batch of its partition was
                 // unanswered: that one's failure, retried first, comes back.
@@ -1456,7 +1577,7 @@ impl Completer {
                 Some(r) => Err(r.error.is_retriable()),
                 None => Err(false),
             },
-            Err(e) => Err(e.is_retriable()),
+            Err(retriable) => Err(retriable),
         };
         let bytes = batch.buffered_bytes;
         let within_timeout = batch
@@ -1516,6 +1637,10 @@ struct ConsumerTask {
     refresher: MetadataRefresher,
     /// (partition, next offset)
     partitions: Vec<(i32, i64)>,
+    /// Each partition's place in `partitions`: a fetch names thousands of
+    /// partitions in the many-partitions scenario, and a search per entry
+    /// made each round quadratic.
+    slots: HashMap<i32, usize>,
     stats: Arc<Mutex<WorkerStats>>,
     stop: Arc<AtomicBool>,
     consumed: Option<History>,
@@ -1621,10 +1746,9 @@ impl ConsumerTask {
     }
 
     fn position(&self, partition: i32) -> i64 {
-        self.partitions
-            .iter()
-            .find(|(p, _)| *p == partition)
-            .map_or(0, |(_, o)| *o)
+        self.slots
+            .get(&partition)
+            .map_or(0, |&slot| self.partitions[slot].1)
     }
 
     /// This consumer's partitions not in a fetch now, grouped by their
@@ -1661,13 +1785,10 @@ impl ConsumerTask {
                 trouble = true;
                 continue;
             }
-            let Some(position) = self
-                .partitions
-                .iter_mut()
-                .find(|(p, _)| *p == partition.partition)
-            else {
+            let Some(&slot) = self.slots.get(&partition.partition) else {
                 continue;
             };
+            let position = &mut self.partitions[slot];
             let mut rest = &partition.records[..];
             while !rest.is_empty() {
                 let (batch, used) =

@@ -35,6 +35,11 @@ struct Run {
 /// Starts a broker of its own and runs `ringlog-loadgen run` against it
 /// with `args` (whitespace-separated); the run must succeed.
 fn run_on_own_broker(args: &str) -> Run {
+    run_on_own_broker_with_metrics(args).0
+}
+
+/// `run_on_own_broker`, with the broker's metrics text after the run.
+fn run_on_own_broker_with_metrics(args: &str) -> (Run, String) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port_block(2);
     let _broker = RealBroker::start(&dir.path().join("data"), port);
@@ -52,11 +57,33 @@ fn run_on_own_broker(args: &str) -> Run {
         .unwrap()
         .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    Run {
+    let run = Run {
         stdout,
         result,
         report_files,
-    }
+    };
+    (run, scrape_metrics(port))
+}
+
+/// `GET /metrics` from the broker's admin port (listen port + 64).
+fn scrape_metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port + 64)).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// A metric summed over all of its label sets (every shard, every api
+/// matching `labels`).
+fn metric_sum(text: &str, name: &str, labels: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(labels))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
 }
 
 #[test]
@@ -208,5 +235,33 @@ fn catch_up_readers_each_read_the_warmup_backlog() {
     assert!(
         oldest_read_ms >= 1_000.0,
         "the warmup's records wait for the readers: {oldest_read_ms} ms"
+    );
+}
+
+#[test]
+fn a_leader_gets_one_produce_request_for_all_its_ready_partitions() {
+    // Proves that the load generator's producers send per leader, as
+    // Kafka's do: with keys spread over 200 partitions, batches of one or
+    // two records seal on their linger a few at a time, and those sealed
+    // together reach each shard in one request rather than one request per
+    // batch, which with thousands of partitions meant hundreds of thousands
+    // of requests a second (here about seven batches a request, against one
+    // before). Every record is still acknowledged and read back once.
+    let (Run { stdout, result, .. }, metrics) = run_on_own_broker_with_metrics(concat!(
+        "--topic lg-spread --partitions 200 --rate 20000 --duration 2s ",
+        "--warmup 1s --producers 2 --consumers 1 --keys uniform:100000 ",
+        "--linger-ms 10 --verify --seed 11",
+    ));
+    assert!(stdout.contains("verdict: clean"), "{stdout}");
+    assert_eq!(result["errors"].as_u64(), Some(0));
+    let requests = metric_sum(&metrics, "ringlog_requests_total", "api=\"produce\"");
+    let batches = metric_sum(&metrics, "ringlog_log_appended_batches_total", "");
+    assert!(
+        batches >= 1_000,
+        "small batches over many partitions: {batches}"
+    );
+    assert!(
+        requests * 3 <= batches,
+        "{requests} produce requests carried {batches} batches"
     );
 }
