@@ -87,9 +87,13 @@ for entry in "${scenarios[@]}"; do
 import json, os, sys
 entry, report = sys.argv[1], sys.argv[2]
 def row(name, r, offered):
-    # Sending ends at warmup + duration; the drain after it sends nothing.
-    sending_end_s = r["warmupS"] + r["durationS"] + 0.5
-    series = [rate for rate, at in zip(r["publishRate"], r["elapsedSeconds"]) if at <= sending_end_s]
+    # The measured seconds: each interval ends after the warmup and by the
+    # end of sending (the drain after it sends nothing), and is a whole
+    # second (the first one closes the warmup, the drain's are short).
+    start_s, end_s = r["warmupS"] + 0.5, r["warmupS"] + r["durationS"] + 0.5
+    at = r["elapsedSeconds"]
+    series = [rate for i, rate in enumerate(r["publishRate"])
+              if start_s < at[i] <= end_s and (i == 0 or at[i] - at[i - 1] > 0.5)]
     achieved = sum(series) / len(series) if series else 0.0
     size = r["messageSize"]
     read = r["consumeRate"]

@@ -17,9 +17,8 @@
 # Environment: PEER_WORK (default target/iggy-peer), PEER_SECONDS (Ringlog's
 # measured seconds per workload, default 20), PEER_IGGY_BYTES (Iggy's total
 # bytes per workload, default 6GB), PEER_IGGY_FSYNC_BYTES (the same with
-# fsync, default 3GB),
-# PEER_IGGY_BATCH (default 1000, Iggy's own default), PEER_RATE (msgs/s
-# offered in the fixed-rate workload, default 300000).
+# fsync, default 3GB), PEER_IGGY_BATCH (default 1000, Iggy's own default),
+# PEER_RATE (msgs/s offered in the fixed-rate workload, default 300000).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -122,9 +121,12 @@ run_pair() {
         echo "${rows[-1]}"
         return
     fi
-    local ratio
-    ratio=$(python3 -c "print(f'{$r_rate / $i_rate:.2f}')")
-    rows+=("| $name | $(python3 -c "print(f'{$i_rate:,.0f}')") | $i_p50 / $i_p99 | $(python3 -c "print(f'{$r_rate:,.0f}')") | $r_p50 / $r_p99 | $ratio |")
+    rows+=("$(python3 -c '
+import sys
+name, i_rate, i_lat, r_rate, r_lat = sys.argv[1:]
+i_rate, r_rate = float(i_rate), float(r_rate)
+print(f"| {name} | {i_rate:,.0f} | {i_lat} | {r_rate:,.0f} | {r_lat} | {r_rate / i_rate:.2f} |")
+' "$name" "$i_rate" "$i_p50 / $i_p99" "$r_rate" "$r_p50 / $r_p99")")
     echo "${rows[-1]}"
 }
 
