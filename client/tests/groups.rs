@@ -330,17 +330,10 @@ fn members_split_rebalance_incrementally_and_are_removed_or_fenced() {
     });
 }
 
-/// `GET /metrics` from the broker's admin port (listen port + 64).
+/// `GET /metrics` from the admin port of the broker at `bootstrap`.
 fn scrape_metrics(bootstrap: &str) -> String {
-    use std::io::{Read, Write};
     let port: u16 = bootstrap.rsplit(':').next().unwrap().parse().unwrap();
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port + 64)).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
+    real_broker::scrape_metrics(port)
 }
 
 /// The value of a group metric for topic t3, summed over shards.

@@ -9,7 +9,7 @@ mod real_broker;
 
 use std::process::Command;
 
-use real_broker::{free_port_block, RealBroker};
+use real_broker::{free_port_block, scrape_metrics, RealBroker};
 
 /// Runs the load generator and returns its output, which must report
 /// success.
@@ -63,18 +63,6 @@ fn run_on_own_broker_with_metrics(args: &str) -> (Run, String) {
         report_files,
     };
     (run, scrape_metrics(port))
-}
-
-/// `GET /metrics` from the broker's admin port (listen port + 64).
-fn scrape_metrics(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port + 64)).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
 }
 
 /// A metric summed over all of its label sets (every shard, every api

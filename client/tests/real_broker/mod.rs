@@ -203,3 +203,16 @@ pub fn verify_log(dir: &Path) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// `GET /metrics` from the admin port of the broker listening on `port`
+/// (the admin port is the listen port + 64).
+pub fn scrape_metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port + 64)).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
