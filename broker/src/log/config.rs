@@ -123,7 +123,8 @@ pub struct LogConfig {
     /// Largest decompressed records section the log inflates (timestamp lookup).
     /// Default 64 MiB.
     pub decompressed_bytes_max: usize,
-    /// Size of one direct-write buffer. Default 1 MiB, a multiple of 4 KiB.
+    /// Largest direct-write buffer (a tail chunk). Default 1 MiB, a multiple
+    /// of 4 KiB.
     pub write_chunk_bytes: usize,
     /// Appended bytes allowed in memory before appends wait for writes. Default 16 MiB.
     pub unwritten_bytes_max: usize,
