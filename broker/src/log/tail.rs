@@ -62,7 +62,7 @@ impl Tail {
     pub fn new(chunk_bytes: usize, file_bytes: u64, partial_page: &[u8]) -> Tail {
         let open_start = align_down(file_bytes);
         assert_eq!(partial_page.len() as u64, file_bytes - open_start);
-        assert!(chunk_bytes as u64 >= ALIGN && chunk_bytes as u64 % ALIGN == 0);
+        assert!(chunk_bytes as u64 >= ALIGN && (chunk_bytes as u64).is_multiple_of(ALIGN));
         let open_capacity = chunk_bytes.min(OPEN_CHUNK_BYTES_MIN);
         let mut open = AlignedBuffer::new(open_capacity);
         open.as_mut_slice()[..partial_page.len()].copy_from_slice(partial_page);
