@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use protocol::frame::{self, RequestHeader, LENGTH_PREFIX_BYTES};
 use protocol::ApiKey;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
@@ -25,8 +25,8 @@ use crate::error::{ClientError, Result};
 
 /// Every API is at version 0 today.
 const API_VERSION: u16 = 0;
-/// Bytes the writer buffers before it writes to the socket.
-const WRITE_BUFFER_BYTES: usize = 64 << 10;
+/// Buffers the writer hands the kernel in one vectored write.
+const WRITE_SLICES_MAX: usize = 64;
 /// Bytes of a response's fixed header: correlation id and body length.
 const RESPONSE_FIXED_BYTES: usize = 8;
 
@@ -103,9 +103,11 @@ impl Shared {
     }
 }
 
-/// A frame for the writer; `written` hears when it reached the socket.
+/// A frame for the writer, in the buffers it is written from (its head,
+/// then any payload buffers not copied into it); `written` hears when it
+/// reached the socket.
 struct Outgoing {
-    frame: Vec<u8>,
+    frame: Vec<Bytes>,
     written: Option<oneshot::Sender<Result<()>>>,
 }
 
@@ -240,7 +242,15 @@ impl Connection {
             .map_or(0, HashMap::len)
     }
 
-    fn encode(&self, api_key: u16, body: &[u8], payload: &[&[u8]]) -> (u32, Vec<u8>) {
+    /// The frame of a request whose payload is `payload` (copied into the
+    /// frame) followed by `parts` (written from where they are).
+    fn encode(
+        &self,
+        api_key: u16,
+        body: &[u8],
+        payload: &[&[u8]],
+        parts: Vec<Bytes>,
+    ) -> (u32, Vec<Bytes>) {
         let correlation_id = self
             .inner
             .next_correlation_id
@@ -251,9 +261,17 @@ impl Connection {
             correlation_id,
             client_id: self.inner.client_id.clone(),
         };
-        let mut out = Vec::new();
-        frame::encode_request(&mut out, &header, body, payload);
-        (correlation_id, out)
+        let copied: usize = payload.iter().map(|p| p.len()).sum();
+        let owned: usize = parts.iter().map(Bytes::len).sum();
+        let mut head = Vec::new();
+        frame::encode_request_head(&mut head, &header, body, copied + owned);
+        for part in payload {
+            head.extend_from_slice(part);
+        }
+        let mut frame = Vec::with_capacity(1 + parts.len());
+        frame.push(Bytes::from(head));
+        frame.extend(parts.into_iter().filter(|p| !p.is_empty()));
+        (correlation_id, frame)
     }
 
     /// Queues a request and returns the future of its response. Waits only
@@ -265,7 +283,19 @@ impl Connection {
         body: &[u8],
         payload: &[&[u8]],
     ) -> Result<ResponseFuture> {
-        self.send_key(api as u16, body, payload).await
+        self.send_key(api as u16, body, payload, Vec::new()).await
+    }
+
+    /// As `send`, with a payload of shared buffers (record batches) that go to
+    /// the socket in one vectored write with the frame's head, never copied
+    /// into the frame.
+    pub async fn send_parts(
+        &self,
+        api: ApiKey,
+        body: &[u8],
+        parts: Vec<Bytes>,
+    ) -> Result<ResponseFuture> {
+        self.send_key(api as u16, body, &[], parts).await
     }
 
     /// Sends a request to a controller (its API keys are `ControllerApiKey`s)
@@ -275,7 +305,9 @@ impl Connection {
         api: protocol::api::ControllerApiKey,
         body: &[u8],
     ) -> Result<Response> {
-        self.send_key(api as u16, body, &[]).await?.await
+        self.send_key(api as u16, body, &[], Vec::new())
+            .await?
+            .await
     }
 
     async fn send_key(
@@ -283,13 +315,14 @@ impl Connection {
         api_key: u16,
         body: &[u8],
         payload: &[&[u8]],
+        parts: Vec<Bytes>,
     ) -> Result<ResponseFuture> {
         let shared = &self.inner.shared;
         let permit = Arc::clone(&self.inner.slots)
             .acquire_owned()
             .await
             .expect("the slot semaphore is never closed");
-        let (correlation_id, frame) = self.encode(api_key, body, payload);
+        let (correlation_id, frame) = self.encode(api_key, body, payload, parts);
         let (reply, response) = oneshot::channel();
         {
             let mut pending = shared.pending.lock().expect("pending lock");
@@ -353,6 +386,28 @@ impl Connection {
         body: &[u8],
         payload: &[&[u8]],
     ) -> Result<()> {
+        self.send_parts_without_response_inner(api, body, payload, Vec::new())
+            .await
+    }
+
+    /// As `send_without_response`, with the payload of `send_parts`.
+    pub async fn send_parts_without_response(
+        &self,
+        api: ApiKey,
+        body: &[u8],
+        parts: Vec<Bytes>,
+    ) -> Result<()> {
+        self.send_parts_without_response_inner(api, body, &[], parts)
+            .await
+    }
+
+    async fn send_parts_without_response_inner(
+        &self,
+        api: ApiKey,
+        body: &[u8],
+        payload: &[&[u8]],
+        parts: Vec<Bytes>,
+    ) -> Result<()> {
         let shared = &self.inner.shared;
         if let Some(reason) = shared.closed.lock().expect("closed lock").clone() {
             return Err(reason);
@@ -361,7 +416,7 @@ impl Connection {
             .acquire_owned()
             .await
             .expect("the slot semaphore is never closed");
-        let (_, frame) = self.encode(api as u16, body, payload);
+        let (_, frame) = self.encode(api as u16, body, payload, parts);
         let (written, written_rx) = oneshot::channel();
         let outgoing = Outgoing {
             frame,
@@ -382,28 +437,34 @@ impl Connection {
     }
 }
 
-/// Writes queued frames in order, flushing whenever the queue runs dry so
-/// that bursts share a syscall and a lone request is not delayed.
+/// Writes queued frames in order: every frame queued by the time the
+/// previous write returned goes out in the same vectored writes, so bursts
+/// share syscalls and a lone request is not delayed.
 async fn write_loop(
-    write_half: OwnedWriteHalf,
+    mut writer: OwnedWriteHalf,
     mut outgoing: mpsc::Receiver<Outgoing>,
     shared: Arc<Shared>,
 ) {
-    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
     let mut notify_written = Vec::new();
+    let mut pending = std::collections::VecDeque::new();
     while let Some(first) = outgoing.recv().await {
         let mut next = Some(first);
         let mut result = Ok(());
         while let Some(item) = next.take() {
-            if result.is_ok() {
-                result = writer.write_all(&item.frame).await;
-            }
+            pending.extend(item.frame);
             notify_written.extend(item.written);
+            if pending.len() >= WRITE_SLICES_MAX {
+                result = write_buffers(&mut writer, &mut pending).await;
+                if result.is_err() {
+                    break;
+                }
+            }
             next = outgoing.try_recv().ok();
         }
         if result.is_ok() {
-            result = writer.flush().await;
+            result = write_buffers(&mut writer, &mut pending).await;
         }
+        pending.clear();
         let outcome = result.map_err(|e| ClientError::io(&shared.address, e));
         for written in notify_written.drain(..) {
             let _ = written.send(outcome.clone());
@@ -415,6 +476,39 @@ async fn write_loop(
     }
     // Every handle is gone: half-close so the broker sees a clean end.
     let _ = writer.shutdown().await;
+}
+
+/// Writes every buffer of `pending`, in order, in vectored writes of up to
+/// `WRITE_SLICES_MAX` buffers; a short write resumes where it stopped.
+async fn write_buffers(
+    writer: &mut OwnedWriteHalf,
+    pending: &mut std::collections::VecDeque<Bytes>,
+) -> std::io::Result<()> {
+    use bytes::Buf;
+    while !pending.is_empty() {
+        let slices: Vec<std::io::IoSlice<'_>> = pending
+            .iter()
+            .take(WRITE_SLICES_MAX)
+            .map(|b| std::io::IoSlice::new(b))
+            .collect();
+        let mut written = writer.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while written > 0 {
+            let front = pending
+                .front_mut()
+                .expect("written bytes came from a buffer");
+            if written >= front.len() {
+                written -= front.len();
+                pending.pop_front();
+            } else {
+                front.advance(written);
+                written = 0;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads response frames and completes the matching pending request.

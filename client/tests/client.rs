@@ -380,3 +380,60 @@ async fn consumer_resets_an_out_of_range_position() {
     let records = poll_until(&mut consumer, 1).await;
     assert_eq!(records[0].offset, 2);
 }
+
+#[tokio::test]
+async fn a_request_of_shared_buffers_reaches_the_socket_whole_and_in_order() {
+    // Batches go out in vectored writes straight from their buffers. A peer
+    // that reads nothing for a while fills the socket, so the writes come
+    // back short and must resume mid-buffer; a small request queued behind
+    // must follow the large one, not interleave with it.
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let parts: Vec<Bytes> = (0..300u32)
+        .map(|i| {
+            let len = 1 + (i as usize * 7919) % 65_536;
+            Bytes::from(
+                (0..len)
+                    .map(|j| (i as usize + j) as u8)
+                    .collect::<Vec<u8>>(),
+            )
+        })
+        .collect();
+    let expected: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+    let connection = Connection::connect(&address, &ClientConfig::default())
+        .await
+        .unwrap();
+    let (mut socket, _) = listener.accept().await.unwrap();
+    let sender = connection.clone();
+    let sent = tokio::spawn(async move {
+        sender
+            .send_parts_without_response(ApiKey::Produce, b"large", parts)
+            .await
+            .unwrap();
+        sender
+            .send_without_response(ApiKey::ApiVersions, b"small", &[b"tail"])
+            .await
+            .unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut frames = Vec::new();
+    for _ in 0..2 {
+        let mut prefix = [0u8; 4];
+        within(socket.read_exact(&mut prefix)).await.unwrap();
+        let mut frame = vec![0u8; u32::from_be_bytes(prefix) as usize];
+        within(socket.read_exact(&mut frame)).await.unwrap();
+        frames.push(frame);
+    }
+    within(sent).await.unwrap();
+    let large = protocol::frame::decode_request(&frames[0]).unwrap();
+    assert_eq!(large.header.api_key, ApiKey::Produce as u16);
+    assert_eq!(large.body, b"large");
+    assert_eq!(large.payload.len(), expected.len());
+    assert!(large.payload == &expected[..], "payload bytes in order");
+    let small = protocol::frame::decode_request(&frames[1]).unwrap();
+    assert_eq!(
+        (small.header.api_key, small.body, small.payload),
+        (ApiKey::ApiVersions as u16, &b"small"[..], &b"tail"[..])
+    );
+}

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use bytes::Bytes;
 use client::messages::{self, FetchEntry, ProduceEntry};
 use client::{Admin, ClientConfig, Cluster, Connection, IsolationLevel};
 use protocol::record_batch::{seal_crc, stamp_producer};
@@ -710,8 +711,35 @@ struct PendingBatch {
     buffered_bytes: usize,
 }
 
+/// A sealed batch's bytes: its own until its first send stamps them, then
+/// shared with the requests that carry it (written to the socket from here).
+enum BatchBytes {
+    Unsent(Vec<u8>),
+    Sent(Bytes),
+}
+
+impl BatchBytes {
+    fn len(&self) -> usize {
+        match self {
+            BatchBytes::Unsent(bytes) => bytes.len(),
+            BatchBytes::Sent(bytes) => bytes.len(),
+        }
+    }
+
+    /// The bytes to send; from now on they never change.
+    fn freeze(&mut self) -> Bytes {
+        if let BatchBytes::Unsent(bytes) = self {
+            *self = BatchBytes::Sent(Bytes::from(std::mem::take(bytes)));
+        }
+        match self {
+            BatchBytes::Sent(bytes) => bytes.clone(),
+            BatchBytes::Unsent(_) => unreachable!("frozen above"),
+        }
+    }
+}
+
 struct SealedBatch {
-    bytes: Vec<u8>,
+    bytes: BatchBytes,
     sends: Vec<(u64, ValueId)>,
     buffered_bytes: usize,
     /// When it was first sent; retries stop `delivery_timeout_ms` after.
@@ -1188,7 +1216,7 @@ impl ProducerWorker {
                 bytes.shrink_to_fit();
             }
             queue.sealed.push_back(SealedBatch {
-                bytes,
+                bytes: BatchBytes::Unsent(bytes),
                 sends: batch.sends,
                 buffered_bytes: batch.buffered_bytes,
                 first_sent_ns: None,
@@ -1379,17 +1407,18 @@ impl ProducerWorker {
                     .insert((batch.generation, queue.next_send_index - 1));
             }
         }
-        if !batch.checksummed {
+        if let (false, BatchBytes::Unsent(bytes)) = (batch.checksummed, &mut batch.bytes) {
             match self.identity {
                 Some((id, epoch)) => {
-                    stamp_producer(&mut batch.bytes, id, epoch, queue.next_sequence);
+                    stamp_producer(bytes, id, epoch, queue.next_sequence);
                     queue.next_sequence = queue.next_sequence.advanced_by(batch.sends.len() as i64);
                     batch.stamped = true;
                 }
-                None => seal_crc(&mut batch.bytes),
+                None => seal_crc(bytes),
             }
             batch.checksummed = true;
         }
+        assert!(batch.checksummed, "a batch is stamped before it is sent");
         batch
     }
 
@@ -1403,7 +1432,7 @@ impl ProducerWorker {
     ) -> usize {
         let ProduceRequest {
             connection,
-            batches,
+            mut batches,
             ..
         } = request;
         let acks = match self.shared.config.acks {
@@ -1412,28 +1441,29 @@ impl ProducerWorker {
             Acks::All => -1,
         };
         let topic = &self.shared.config.topic;
+        let parts: Vec<Bytes> = batches
+            .iter_mut()
+            .map(|(_, batch)| batch.bytes.freeze())
+            .collect();
         let entries: Vec<ProduceEntry<'_>> = batches
             .iter()
-            .map(|(partition, batch)| ProduceEntry {
+            .zip(&parts)
+            .map(|((partition, _), bytes)| ProduceEntry {
                 topic,
                 partition: *partition as i32,
-                batch: &batch.bytes,
+                batch: bytes,
             })
             .collect();
         let body = messages::produce_request(acks, PRODUCE_TIMEOUT_MS, &entries);
-        let payload: Vec<&[u8]> = entries.iter().map(|e| e.batch).collect();
+        drop(entries);
         if acks == 0 {
             let result = connection
-                .send_without_response(ApiKey::Produce, &body, &payload)
+                .send_parts_without_response(ApiKey::Produce, &body, parts)
                 .await;
-            drop(payload);
-            drop(entries);
             self.account_unacknowledged(batches, result.is_ok());
             return 0;
         }
-        let response = connection.send(ApiKey::Produce, &body, &payload).await;
-        drop(payload);
-        drop(entries);
+        let response = connection.send_parts(ApiKey::Produce, &body, parts).await;
         for (partition, _) in &batches {
             self.queues[*partition].in_flight += 1;
         }

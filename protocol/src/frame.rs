@@ -121,13 +121,36 @@ pub fn decode_request(mut frame: &[u8]) -> Result<RequestFrame<'_>, FrameError> 
 
 /// Appends a whole request frame (with its length prefix) to `out`.
 pub fn encode_request(out: &mut Vec<u8>, header: &RequestHeader, body: &[u8], payload: &[&[u8]]) {
+    let payload_len: usize = payload.iter().map(|p| p.len()).sum();
+    out.reserve(
+        LENGTH_PREFIX_BYTES
+            + REQUEST_FIXED_BYTES
+            + header.client_id.len()
+            + 4
+            + body.len()
+            + payload_len,
+    );
+    encode_request_head(out, header, body, payload_len);
+    for part in payload {
+        out.extend_from_slice(part);
+    }
+}
+
+/// Appends everything of a request frame but its payload: the length prefix
+/// (counting `payload_len` more bytes), the header and the body. The payload's
+/// bytes follow as they are, so a sender can write them from where they lie
+/// (a vectored write) instead of copying them into the frame.
+pub fn encode_request_head(
+    out: &mut Vec<u8>,
+    header: &RequestHeader,
+    body: &[u8],
+    payload_len: usize,
+) {
     assert!(
         header.client_id.len() <= CLIENT_ID_BYTES_MAX,
         "client id bound"
     );
-    let payload_len: usize = payload.iter().map(|p| p.len()).sum();
     let len = REQUEST_FIXED_BYTES + header.client_id.len() + 4 + body.len() + payload_len;
-    out.reserve(LENGTH_PREFIX_BYTES + len);
     out.extend_from_slice(&u32::try_from(len).expect("frame under 4 GiB").to_be_bytes());
     out.extend_from_slice(&header.api_key.to_be_bytes());
     out.extend_from_slice(&header.api_version.to_be_bytes());
@@ -136,9 +159,6 @@ pub fn encode_request(out: &mut Vec<u8>, header: &RequestHeader, body: &[u8], pa
     out.extend_from_slice(header.client_id.as_bytes());
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
     out.extend_from_slice(body);
-    for part in payload {
-        out.extend_from_slice(part);
-    }
 }
 
 /// A decoded response frame borrowing its body and payload.
