@@ -27,6 +27,10 @@ use crate::error::{ClientError, Result};
 const API_VERSION: u16 = 0;
 /// Buffers the writer hands the kernel in one vectored write.
 const WRITE_SLICES_MAX: usize = 64;
+/// Payload buffers below this size are copied into the frame instead: a
+/// request to many partitions of one-record batches would otherwise cost
+/// a vectored write per `WRITE_SLICES_MAX` tiny buffers.
+const PART_COPY_BYTES_MAX: usize = 4096;
 /// Bytes of a response's fixed header: correlation id and body length.
 const RESPONSE_FIXED_BYTES: usize = 8;
 
@@ -269,8 +273,19 @@ impl Connection {
             head.extend_from_slice(part);
         }
         let mut frame = Vec::with_capacity(1 + parts.len());
-        frame.push(Bytes::from(head));
-        frame.extend(parts.into_iter().filter(|p| !p.is_empty()));
+        for part in parts {
+            if part.len() < PART_COPY_BYTES_MAX {
+                head.extend_from_slice(&part);
+            } else {
+                if !head.is_empty() {
+                    frame.push(Bytes::from(std::mem::take(&mut head)));
+                }
+                frame.push(part);
+            }
+        }
+        if !head.is_empty() {
+            frame.push(Bytes::from(head));
+        }
         (correlation_id, frame)
     }
 
