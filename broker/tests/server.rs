@@ -400,6 +400,47 @@ fn a_fetch_reads_from_disk_only_what_its_response_holds() {
     );
 }
 
+/// Responses go out in vectored sends that never wait; a client that reads
+/// nothing for a while fills its socket, so sends come back short or find
+/// no room and the rest goes out once there is. Every response must still
+/// arrive whole, in order and byte for byte the same.
+#[test]
+fn responses_larger_than_the_socket_arrive_whole_while_the_client_reads_late() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::start(&dir.path().join("data"), 1);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("v", 1, &[]), ErrorCode::None);
+    // About 1 MB in 20 batches of 50 KB (even tags: uncompressed).
+    for round in 0..20u64 {
+        let produced = client.produce("v", 0, &batch(round * 2, 50, 1, 1_000), 1);
+        assert_eq!(produced.0, ErrorCode::None);
+    }
+    let expected: Vec<(i64, Vec<Vec<u8>>)> = read_all(&mut client, "v", 0);
+    assert_eq!(expected.len(), 20);
+    // 24 answers of about 1 MB each, well past what loopback sockets buffer.
+    let ids: Vec<u32> = (0..24)
+        .map(|_| client.send_fetch_many("v", &[(0, 0)], 0, 2 << 20))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut first_payload = None;
+    for id in ids {
+        let (got, response) = client.receive().unwrap();
+        assert_eq!(got, id, "answers in request order");
+        let returned = fetch_results(&response);
+        assert_eq!(returned.len(), 1);
+        assert_eq!(
+            decode(&response.payload),
+            expected,
+            "response {id} decodes whole"
+        );
+        match &first_payload {
+            None => first_payload = Some(response.payload),
+            Some(first) => assert!(*first == response.payload, "response {id} the same bytes"),
+        }
+    }
+    assert_eq!(broker.stop(), Some(0));
+}
+
 /// A clean shutdown leaves one record in the data dir naming every log it
 /// closed (no marker per partition), a restart takes it and rescans
 /// nothing, and a crash after that restart rescans: the record was removed

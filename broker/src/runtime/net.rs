@@ -284,15 +284,83 @@ impl ReadHalf {
     }
 }
 
+/// Buffers one vectored send hands the kernel.
+const SEND_SLICES_MAX: usize = 64;
+
 impl WriteHalf {
+    /// Writes every part, in order. On a real socket the parts go out in
+    /// vectored sends that never wait (`MSG_DONTWAIT`), so a response's head
+    /// and batches leave in one call and as few segments as the kernel
+    /// makes of them; when the socket is full, the next part is written
+    /// through the stream, which waits for room, and vectored sends resume.
     pub async fn write_all_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
-        for part in parts {
-            self.write_all(part).await?;
+        let fd = match &self.inner {
+            WriteInner::Glommio(stream) => {
+                use std::os::unix::io::AsRawFd;
+                Some(stream.borrow().as_raw_fd())
+            }
+            WriteInner::Sim(_) => None,
+        };
+        let Some(fd) = fd else {
+            for part in parts {
+                self.write_all(part).await?;
+            }
+            return Ok(());
+        };
+        // The first part not wholly sent, and how much of it was.
+        let (mut index, mut offset) = (0, 0);
+        while index < parts.len() {
+            let slices: Vec<std::io::IoSlice<'_>> = parts[index..]
+                .iter()
+                .enumerate()
+                .map(|(i, part)| if i == 0 { &part[offset..] } else { *part })
+                .filter(|part| !part.is_empty())
+                .take(SEND_SLICES_MAX)
+                .map(std::io::IoSlice::new)
+                .collect();
+            if slices.is_empty() {
+                return Ok(());
+            }
+            let sent = match send_now(fd, &slices) {
+                Some(sent) => sent?,
+                None => {
+                    // Full: wait for room while writing the rest of this part.
+                    self.write_all(&parts[index][offset..]).await?;
+                    parts[index].len() - offset
+                }
+            };
+            let mut left = offset + sent;
+            while index < parts.len() && left >= parts[index].len() {
+                left -= parts[index].len();
+                index += 1;
+            }
+            offset = left;
         }
         Ok(())
     }
 
     pub async fn shutdown(&mut self) {
         let _ = self.close().await;
+    }
+}
+
+/// One vectored send that does not wait: the bytes the kernel took, or
+/// `None` when the socket has no room.
+fn send_now(
+    fd: std::os::unix::io::RawFd,
+    slices: &[std::io::IoSlice<'_>],
+) -> Option<io::Result<usize>> {
+    use nix::sys::socket::{sendmsg, MsgFlags, SockaddrStorage};
+    match sendmsg::<SockaddrStorage>(
+        fd,
+        slices,
+        &[],
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        None,
+    ) {
+        Ok(0) => Some(Err(io::ErrorKind::WriteZero.into())),
+        Ok(sent) => Some(Ok(sent)),
+        Err(nix::errno::Errno::EAGAIN) => None,
+        Err(errno) => Some(Err(io::Error::from(errno))),
     }
 }
