@@ -19,6 +19,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
+
 use protocol::record_batch::stamp_producer;
 use protocol::{
     BatchBuilder, BatchError, Compression, ProducerEpoch, ProducerId, Record, Sequence,
@@ -52,7 +54,9 @@ impl TopicPartition {
 pub struct SealedBatch<T> {
     pub topic_partition: TopicPartition,
     /// The encoded (and compressed) batch, or why it could not be built.
-    pub bytes: Result<Vec<u8>, BatchError>,
+    /// Shared with the requests that carry it, which write it to the socket
+    /// from here; a stamp changes it in place once no request holds it.
+    pub bytes: Result<Bytes, BatchError>,
     /// One per record, in offset order: ticket `i` is the record at base offset + `i`.
     pub tickets: Vec<T>,
     /// Uncompressed size, what `batch_bytes_max` bounds.
@@ -115,7 +119,7 @@ impl<T> OpenBatch<T> {
         assert_eq!(record_count, self.tickets.len(), "one ticket per record");
         SealedBatch {
             topic_partition,
-            bytes: self.builder.build(),
+            bytes: self.builder.build().map(Bytes::from),
             tickets: self.tickets,
             size_bytes_uncompressed,
             attempts: 0,
@@ -265,7 +269,11 @@ impl<T> Accumulator<T> {
             .entry(batch.topic_partition.clone())
             .or_insert(Sequence(0));
         let first = *next;
-        stamp_producer(bytes, identity.id, identity.epoch, first);
+        // Not copied unless a request still holds the bytes (a restamp
+        // after a connection closed with the request unwritten).
+        let mut stamped = BytesMut::from(std::mem::take(bytes));
+        stamp_producer(&mut stamped, identity.id, identity.epoch, first);
+        *bytes = stamped.freeze();
         *next = first.advanced_by(batch.tickets.len() as i64);
         batch.stamped = Some((identity, first));
         let index = self

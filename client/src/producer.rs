@@ -1016,15 +1016,19 @@ async fn send_produce(
         })
         .collect();
     let body = messages::produce_request(acks.wire_value(), timeout_ms, &entries);
-    let payload: Vec<&[u8]> = entries.iter().map(|e| e.batch).collect();
+    drop(entries);
+    let parts: Vec<bytes::Bytes> = batches
+        .iter()
+        .map(|b| b.bytes.clone().expect("only built batches are sent"))
+        .collect();
     if acks == Acks::None {
         connection
-            .send_without_response(ApiKey::Produce, &body, &payload)
+            .send_parts_without_response(ApiKey::Produce, &body, parts)
             .await?;
         return Ok(None);
     }
     Ok(Some(
-        connection.send(ApiKey::Produce, &body, &payload).await?,
+        connection.send_parts(ApiKey::Produce, &body, parts).await?,
     ))
 }
 
