@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use client::messages::{self, FetchEntry, ProduceEntry};
 use client::{Admin, ClientConfig, Cluster, Connection, IsolationLevel};
 use protocol::record_batch::{seal_crc, stamp_producer};
@@ -711,35 +711,11 @@ struct PendingBatch {
     buffered_bytes: usize,
 }
 
-/// A sealed batch's bytes: its own until its first send stamps them, then
-/// shared with the requests that carry it (written to the socket from here).
-enum BatchBytes {
-    Unsent(Vec<u8>),
-    Sent(Bytes),
-}
-
-impl BatchBytes {
-    fn len(&self) -> usize {
-        match self {
-            BatchBytes::Unsent(bytes) => bytes.len(),
-            BatchBytes::Sent(bytes) => bytes.len(),
-        }
-    }
-
-    /// The bytes to send; from now on they never change.
-    fn freeze(&mut self) -> Bytes {
-        if let BatchBytes::Unsent(bytes) = self {
-            *self = BatchBytes::Sent(Bytes::from(std::mem::take(bytes)));
-        }
-        match self {
-            BatchBytes::Sent(bytes) => bytes.clone(),
-            BatchBytes::Unsent(_) => unreachable!("frozen above"),
-        }
-    }
-}
-
 struct SealedBatch {
-    bytes: BatchBytes,
+    /// Shared with the requests that carry it, which write it to the socket
+    /// from here; stamped in place at its first send, before any request
+    /// holds it.
+    bytes: Bytes,
     sends: Vec<(u64, ValueId)>,
     buffered_bytes: usize,
     /// When it was first sent; retries stop `delivery_timeout_ms` after.
@@ -1216,7 +1192,7 @@ impl ProducerWorker {
                 bytes.shrink_to_fit();
             }
             queue.sealed.push_back(SealedBatch {
-                bytes: BatchBytes::Unsent(bytes),
+                bytes: Bytes::from(bytes),
                 sends: batch.sends,
                 buffered_bytes: batch.buffered_bytes,
                 first_sent_ns: None,
@@ -1407,18 +1383,20 @@ impl ProducerWorker {
                     .insert((batch.generation, queue.next_send_index - 1));
             }
         }
-        if let (false, BatchBytes::Unsent(bytes)) = (batch.checksummed, &mut batch.bytes) {
+        if !batch.checksummed {
+            // Not copied: no request holds the bytes before their first send.
+            let mut bytes = BytesMut::from(std::mem::take(&mut batch.bytes));
             match self.identity {
                 Some((id, epoch)) => {
-                    stamp_producer(bytes, id, epoch, queue.next_sequence);
+                    stamp_producer(&mut bytes, id, epoch, queue.next_sequence);
                     queue.next_sequence = queue.next_sequence.advanced_by(batch.sends.len() as i64);
                     batch.stamped = true;
                 }
-                None => seal_crc(bytes),
+                None => seal_crc(&mut bytes),
             }
+            batch.bytes = bytes.freeze();
             batch.checksummed = true;
         }
-        assert!(batch.checksummed, "a batch is stamped before it is sent");
         batch
     }
 
@@ -1432,7 +1410,7 @@ impl ProducerWorker {
     ) -> usize {
         let ProduceRequest {
             connection,
-            mut batches,
+            batches,
             ..
         } = request;
         let acks = match self.shared.config.acks {
@@ -1441,10 +1419,7 @@ impl ProducerWorker {
             Acks::All => -1,
         };
         let topic = &self.shared.config.topic;
-        let parts: Vec<Bytes> = batches
-            .iter_mut()
-            .map(|(_, batch)| batch.bytes.freeze())
-            .collect();
+        let parts: Vec<Bytes> = batches.iter().map(|(_, b)| b.bytes.clone()).collect();
         let entries: Vec<ProduceEntry<'_>> = batches
             .iter()
             .zip(&parts)
