@@ -8,6 +8,8 @@
 //! - recovery syncs every segment it rescanned before it persists a recovery
 //!   point that vouches for them (the log asserts it on every persist);
 //! - a new partition directory is durable: its parents are synced;
+//! - empty logs made in bulk are synced before they open, open without a
+//!   rescan, and keep what they acknowledged across a crash;
 //! - a closed log refuses truncation, reset and retention, so a task that
 //!   outlives its shard's shutdown cannot change files already recorded as
 //!   cleanly closed.
@@ -261,6 +263,63 @@ fn a_new_partition_directory_is_durable() {
         }
         log.close().await.unwrap();
     });
+}
+
+// Empty logs made in bulk open without a rescan, take appends, and after a
+// crash (dropped without close) recover everything acknowledged; a later
+// bulk pass leaves the existing directories alone.
+#[test]
+fn empty_logs_made_in_bulk_keep_what_they_acknowledge_across_a_crash() {
+    use broker::log::{create_empty_logs, EmptyLog, PartitionLog};
+    let root = tempfile::tempdir().unwrap();
+    let parent = root.path().join("data").join("topics");
+    let logs: Vec<EmptyLog> = (0..3)
+        .map(|p| EmptyLog {
+            dir: parent.join(format!("t-{p}")),
+            files: vec![("topic.id", b"9".to_vec())],
+        })
+        .collect();
+    broker::log::record_dir_syncs();
+    assert_eq!(
+        create_empty_logs(&parent, &logs).unwrap(),
+        vec![true, true, true]
+    );
+    let synced = broker::log::record_dir_syncs();
+    for dir in logs.iter().map(|l| &l.dir).chain([&parent]) {
+        assert!(synced.contains(dir), "{} synced", dir.display());
+    }
+    for (p, log) in logs.iter().enumerate() {
+        run(async {
+            let clock: Rc<dyn broker::clock::Clock> = Rc::new(ManualClock::new(1_000));
+            let opened = PartitionLog::open_empty(&log.dir, config(), clock)
+                .await
+                .unwrap();
+            assert_eq!(opened.log_end_offset(), Offset::ZERO);
+            assert_eq!(opened.stats().rescanned_segments, 0);
+            for tag in 0..=p as u64 {
+                let info = opened
+                    .append(&batch(tag, 4, 1_000, 100), LeaderEpoch(0))
+                    .await
+                    .unwrap();
+                opened.wait_for_ack(info.log_end_offset).await.unwrap();
+            }
+            // Dropped without close: a crash.
+        });
+    }
+    assert_eq!(
+        create_empty_logs(&parent, &logs).unwrap(),
+        vec![false, false, false]
+    );
+    for (p, log) in logs.iter().enumerate() {
+        assert_eq!(std::fs::read(log.dir.join("topic.id")).unwrap(), b"9");
+        run(async {
+            let clock = Rc::new(ManualClock::new(2_000));
+            let reopened = open(&log.dir, config(), &clock).await;
+            assert_eq!(reopened.log_end_offset(), Offset(4 * (p as i64 + 1)));
+            reopened.check_invariants();
+            reopened.close().await.unwrap();
+        });
+    }
 }
 
 fn inode(path: &Path) -> u64 {

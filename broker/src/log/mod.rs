@@ -5,6 +5,7 @@
 mod checkpoint;
 pub mod compaction;
 pub mod config;
+mod create;
 pub mod error;
 pub mod index;
 mod partition_log;
@@ -22,6 +23,7 @@ pub use checkpoint::{
     create_dir_durably, record_dir_syncs, take_clean_logs, write_atomically, write_clean_logs,
 };
 pub use config::{CleanupPolicy, FlushPolicy, LogConfig, LogConfigError};
+pub use create::{create_empty_logs, EmptyLog};
 pub use error::{LogError, LogResult};
 pub use partition_log::{
     AppendInfo, CleanReport, CleanRequest, FetchedBatches, LogStats, PartitionLog,

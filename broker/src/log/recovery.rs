@@ -152,6 +152,29 @@ pub(super) async fn recover(
     })
 }
 
+/// The state of the empty log `create_empty_logs` just made in `dir` (an
+/// empty first segment, nothing else of the log's own): nothing to list,
+/// check or rebuild.
+pub(super) async fn empty(dir: &Path, config: &LogConfig, now_ms: i64) -> LogResult<Recovered> {
+    let path = segment_path(dir, Offset::ZERO, LOG_SUFFIX);
+    let file = DirectFile::open_read_write(&path)
+        .await
+        .map_err(|e| LogError::io(&path, e))?;
+    let mut segment = Segment::new_active(
+        Offset::ZERO,
+        now_ms,
+        config.write_chunk_bytes,
+        config.index_interval_bytes,
+    );
+    segment.file = Some(file);
+    activate(dir, &mut segment, config).await?;
+    Ok(Recovered {
+        segments: VecDeque::from([segment]),
+        recovery_point: None,
+        rescanned_segments: 0,
+    })
+}
+
 fn list_segments(dir: &Path) -> LogResult<Vec<Offset>> {
     let mut bases = Vec::new();
     let mut indexes = Vec::new();

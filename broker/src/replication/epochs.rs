@@ -148,11 +148,16 @@ impl EpochHistory {
 
     /// Writes the history durably.
     pub fn save(&self, dir: &Path) -> std::io::Result<()> {
+        crate::log::write_atomically(dir, EPOCH_FILE, self.encode().as_bytes())
+    }
+
+    /// The history as `EPOCH_FILE` holds it, which `load` reads.
+    pub fn encode(&self) -> String {
         let mut text = String::new();
         for (epoch, start) in &self.entries {
             text.push_str(&format!("{epoch} {start}\n"));
         }
-        crate::log::write_atomically(dir, EPOCH_FILE, text.as_bytes())
+        text
     }
 }
 

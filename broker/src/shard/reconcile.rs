@@ -6,12 +6,15 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use protocol::control::messages::MetadataUpdate;
-use protocol::BrokerId;
+use protocol::{BrokerId, Offset};
 
-use super::{Replica, Role, Shard, ShardOp, METADATA_SHARD};
-use crate::cluster_view::{min_insync, topic_log_config, ClusterView, ViewError};
-use crate::log::LogConfig;
+use super::{Replica, Role, Shard, ShardOp, METADATA_SHARD, TOPIC_ID_FILE};
+use crate::cluster_view::{
+    min_insync, partition_dir, topic_log_config, topics_dir, ClusterView, ViewError,
+};
+use crate::log::{create_empty_logs, EmptyLog, LogConfig};
 use crate::partition::PartitionKey;
+use crate::replication::epochs::{EpochHistory, EPOCH_FILE};
 use crate::runtime;
 
 impl Shard {
@@ -131,18 +134,28 @@ impl Shard {
             }
             self.set_role(&key, &replica, desired.role)
         }
-        // Opening a replica is mostly waiting on fsyncs of its new files and
-        // directory; opened together, the file system commits many of them
-        // at once. Results are taken in key order, so a seed replays exactly.
-        for group in to_open.chunks(REPLICA_OPENS_IN_FLIGHT_MAX) {
+        // New replicas' directories are made together first (a few file
+        // system commits for all of them instead of several each); then the
+        // replicas open a group at a time, which for existing logs overlaps
+        // their recovery syncs. Results are taken in key order, so a seed
+        // replays exactly.
+        let made: Vec<Option<bool>> = match self.create_empty_logs(&to_open).await {
+            Some(made) => made.into_iter().map(Some).collect(),
+            None => vec![None; to_open.len()],
+        };
+        let groups = to_open
+            .chunks(REPLICA_OPENS_IN_FLIGHT_MAX)
+            .zip(made.chunks(REPLICA_OPENS_IN_FLIGHT_MAX));
+        for (group, made) in groups {
             let opens: Vec<_> = group
                 .iter()
-                .map(|(key, desired)| {
+                .zip(made)
+                .map(|((key, desired), &made)| {
                     let (shard, key) = (self.clone(), key.clone());
                     let (topic_id, log_config) = (desired.topic_id, desired.log_config.clone());
-                    runtime::spawn(
-                        async move { shard.open_replica(&key, topic_id, log_config).await },
-                    )
+                    runtime::spawn(async move {
+                        shard.open_replica(&key, topic_id, log_config, made).await
+                    })
                 })
                 .collect();
             for ((key, desired), open) in group.iter().zip(opens) {
@@ -164,6 +177,45 @@ impl Shard {
                         tracing::error!(topic = %key.topic, partition = key.partition, error = %e, "cannot open replica");
                     }
                 }
+            }
+        }
+    }
+
+    /// Makes the directories of the replicas in `group` that have none yet
+    /// (`log::create_empty_logs`): an empty log, its topic id, and for a
+    /// leader the epoch history its first role change would save. Returns
+    /// which it made, or `None` if it failed (then no directory it may have
+    /// made is vouched for, and each replica opens the usual way).
+    async fn create_empty_logs(
+        &self,
+        group: &[(PartitionKey, DesiredReplica)],
+    ) -> Option<Vec<bool>> {
+        if group.is_empty() {
+            // Nothing to wait for behind the blocking threads' other work.
+            return Some(Vec::new());
+        }
+        let logs: Vec<EmptyLog> = group
+            .iter()
+            .map(|(key, desired)| {
+                let mut files = vec![(TOPIC_ID_FILE, desired.topic_id.to_string().into_bytes())];
+                if desired.role.leader {
+                    let mut epochs = EpochHistory::default();
+                    epochs.assign(desired.role.leader_epoch, Offset::ZERO);
+                    files.push((EPOCH_FILE, epochs.encode().into_bytes()));
+                }
+                EmptyLog {
+                    dir: partition_dir(&self.config.data_dir, &key.topic, key.partition),
+                    files,
+                }
+            })
+            .collect();
+        let parent = topics_dir(&self.config.data_dir);
+        match runtime::blocking(move || create_empty_logs(&parent, &logs)).await {
+            Ok(made) => Some(made),
+            Err(e) => {
+                self.metrics.on_storage_error();
+                tracing::error!(error = %e, "cannot make the directories of new replicas; opening them one by one");
+                None
             }
         }
     }

@@ -183,13 +183,22 @@ impl Shard {
         self.update_high_watermark(replica);
     }
 
+    /// Opens the log of a replica placed here. `made`: whether
+    /// `log::create_empty_logs` just made its directory (then it is an empty
+    /// log with its marker, all synced, opened without a rescan), or `None`
+    /// if that failed (then a marker found may not be durable and is
+    /// written again).
     pub(super) async fn open_replica(
         &self,
         key: &PartitionKey,
         topic_id: u64,
         log_config: crate::log::LogConfig,
+        made: Option<bool>,
     ) -> Result<Rc<PartitionLog>, LogError> {
         let dir = partition_dir(&self.config.data_dir, &key.topic, key.partition);
+        if made == Some(true) {
+            return PartitionLog::open_empty(&dir, log_config, self.clock.clone()).await;
+        }
         let marker = dir.join(TOPIC_ID_FILE);
         let read = {
             let marker = marker.clone();
@@ -217,7 +226,7 @@ impl Shard {
         }
         let log =
             PartitionLog::open_after(&dir, log_config, self.clock.clone(), closed_clean).await?;
-        if !marker.exists() {
+        if made.is_none() || !marker.exists() {
             let owned = dir.clone();
             runtime::blocking(move || {
                 crate::log::write_atomically(&owned, TOPIC_ID_FILE, topic_id.to_string().as_bytes())

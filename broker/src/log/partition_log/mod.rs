@@ -271,6 +271,30 @@ impl PartitionLog {
             .await
             .map_err(|e| LogError::io(dir, e))?;
         let recovered = recovery::recover(dir, &config, clock.now_ms(), closed_clean).await?;
+        PartitionLog::assemble(dir, config, clock, recovered, false).await
+    }
+
+    /// Opens the empty log that `create_empty_logs` just made in `dir`
+    /// (and has not been written since): as `open`, without the listings,
+    /// checks and producer rebuild an empty log has no use for.
+    pub async fn open_empty(
+        dir: &Path,
+        config: LogConfig,
+        clock: Rc<dyn Clock>,
+    ) -> LogResult<Rc<PartitionLog>> {
+        config.validate()?;
+        let recovered = recovery::empty(dir, &config, clock.now_ms()).await?;
+        PartitionLog::assemble(dir, config, clock, recovered, true).await
+    }
+
+    /// The log over what recovery (or `recovery::empty`) found in `dir`.
+    async fn assemble(
+        dir: &Path,
+        config: LogConfig,
+        clock: Rc<dyn Clock>,
+        recovered: recovery::Recovered,
+        empty: bool,
+    ) -> LogResult<Rc<PartitionLog>> {
         let log_end = recovered
             .segments
             .back()
@@ -330,7 +354,9 @@ impl PartitionLog {
                 log.persist_recovery_point(log_end).await?;
             }
         }
-        log.rebuild_producers().await?;
+        if !empty {
+            log.rebuild_producers().await?;
+        }
         // Nothing rescanned: the last close sealed every segment (or the log
         // is new), so the files need nothing until the log changes.
         if recovered.rescanned_segments == 0 {
