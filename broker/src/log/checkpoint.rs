@@ -1,8 +1,9 @@
 //! The partition directory's small metadata files: the recovery-point checkpoint
-//! (every offset below it is synced and its segments need no rescan) and the
-//! clean-shutdown marker. Both are tiny and rare, so they use blocking std I/O
-//! with write-to-temp, fsync, rename, fsync-directory; the log runs them on
-//! the executor's blocking thread (`runtime::blocking`), never on the shard's.
+//! (every offset below it is synced and its segments need no rescan), the
+//! clean-shutdown marker, and the atomic replacement of small files one or
+//! many at a time. All are tiny and rare, so they use blocking std I/O with
+//! write-to-temp, fsync, rename, fsync-directory; the log runs them on the
+//! executor's blocking threads (`runtime::blocking`), never on the shard's.
 
 use std::fs;
 use std::io::{self, Write};
@@ -103,6 +104,117 @@ pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<(
     sync_dir(dir)
 }
 
+/// Replaces `name` in each directory of `files` with its contents durably,
+/// as `write_atomically` does for one, sharing the syncs: every temp file is
+/// written before any is synced (`SyncSet`), and the first directory sync
+/// after the renames commits them all. Returns each directory's result.
+pub fn write_all_atomically(name: &str, files: &[(PathBuf, Vec<u8>)]) -> Vec<io::Result<()>> {
+    let Some((first, _)) = files.first() else {
+        return Vec::new();
+    };
+    let tmp_name = format!("{name}.tmp");
+    let mut set = match SyncSet::new(first) {
+        Ok(set) => set,
+        Err(e) => return files.iter().map(|_| Err(copy(&e))).collect(),
+    };
+    let mut results: Vec<io::Result<()>> = files
+        .iter()
+        .map(|(dir, contents)| {
+            let mut file = fs::File::create(dir.join(&tmp_name))?;
+            file.write_all(contents)?;
+            set.add(file)
+        })
+        .collect();
+    if let Err(e) = set.sync() {
+        return files.iter().map(|_| Err(copy(&e))).collect();
+    }
+    for ((dir, _), result) in files.iter().zip(&mut results) {
+        if result.is_ok() {
+            *result = fs::rename(dir.join(&tmp_name), dir.join(name));
+        }
+    }
+    for ((dir, _), result) in files.iter().zip(&mut results) {
+        if result.is_ok() {
+            *result = sync_dir(dir);
+        }
+    }
+    results
+}
+
+fn copy(e: &io::Error) -> io::Error {
+    io::Error::new(e.kind(), e.to_string())
+}
+
+/// Files written for one durability point, synced together by `sync`. Up to
+/// `SYNC_EACH_FILES_MAX` are synced one by one. More share one `syncfs` of
+/// their file system: synced one after another, each would wait for a file
+/// system commit of its own, while one `syncfs` writes them all out in one
+/// or two. `syncfs` reports any writeback error on the file system since its
+/// descriptor was opened (Linux 5.8 and later, which the runtime needs
+/// anyway), and `new` opens it before the first file is written. It also
+/// writes out other dirty pages of that file system, which is why few files
+/// do without it; a broker's own are few, since segments use direct I/O.
+#[derive(Debug)]
+pub struct SyncSet {
+    file_system: fs::File,
+    device: u64,
+    /// Files on that file system, while they are few enough to sync each.
+    few: Vec<fs::File>,
+    count: usize,
+    /// Files on other file systems, synced each.
+    elsewhere: Vec<fs::File>,
+}
+
+/// Files a `SyncSet` syncs one by one; beyond it they share a `syncfs`.
+pub const SYNC_EACH_FILES_MAX: usize = 16;
+
+impl SyncSet {
+    /// A set for files on the file system that holds `on`.
+    pub fn new(on: &Path) -> io::Result<SyncSet> {
+        use std::os::unix::fs::MetadataExt;
+        let file_system = fs::File::open(on)?;
+        let device = file_system.metadata()?.dev();
+        Ok(SyncSet {
+            file_system,
+            device,
+            few: Vec::new(),
+            count: 0,
+            elsewhere: Vec::new(),
+        })
+    }
+
+    /// Adds a file written since `new`.
+    pub fn add(&mut self, file: fs::File) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        if file.metadata()?.dev() != self.device {
+            self.elsewhere.push(file);
+            return Ok(());
+        }
+        self.count += 1;
+        if self.count <= SYNC_EACH_FILES_MAX {
+            self.few.push(file);
+        } else {
+            self.few.clear();
+        }
+        Ok(())
+    }
+
+    /// Makes the data of every added file durable.
+    pub fn sync(self) -> io::Result<()> {
+        if self.count > SYNC_EACH_FILES_MAX {
+            // A simulated disk counts bytes written through `std::fs` as
+            // durable at once.
+            if !crate::runtime::sim::is_active() {
+                nix::unistd::syncfs(std::os::fd::AsRawFd::as_raw_fd(&self.file_system))?;
+            }
+        }
+        for file in self.few.iter().chain(&self.elsewhere) {
+            file.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     fs::File::open(dir)?.sync_all()?;
     // A simulated disk takes the directory's entries as durable from here.
@@ -155,4 +267,42 @@ pub fn record_dir_syncs() -> Vec<PathBuf> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .replace(Vec::new())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Enough directories that the temp files share one `syncfs`, one of them
+    // missing: it alone fails, every other file is replaced and its
+    // directory synced, and no temp file is left behind.
+    #[test]
+    fn many_files_are_replaced_together_and_each_failure_is_its_own() {
+        let root = tempfile::tempdir().unwrap();
+        let count = SYNC_EACH_FILES_MAX * 2 + 1;
+        let files: Vec<(PathBuf, Vec<u8>)> = (0..count)
+            .map(|i| {
+                let dir = root.path().join(format!("d-{i}"));
+                if i != 5 {
+                    fs::create_dir(&dir).unwrap();
+                    fs::write(dir.join("f"), b"old").unwrap();
+                }
+                (dir, format!("new {i}").into_bytes())
+            })
+            .collect();
+        record_dir_syncs();
+        let results = write_all_atomically("f", &files);
+        let synced = record_dir_syncs();
+        assert_eq!(results.len(), count);
+        for (i, ((dir, contents), result)) in files.iter().zip(&results).enumerate() {
+            if i == 5 {
+                assert!(result.is_err(), "the missing directory fails");
+                continue;
+            }
+            result.as_ref().unwrap();
+            assert_eq!(&fs::read(dir.join("f")).unwrap(), contents);
+            assert!(!dir.join("f.tmp").exists());
+            assert!(synced.contains(dir), "{} synced", dir.display());
+        }
+    }
 }

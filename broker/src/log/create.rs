@@ -4,12 +4,11 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use protocol::Offset;
 
-use super::checkpoint::{create_dir_durably, sync_dir};
+use super::checkpoint::{create_dir_durably, sync_dir, SyncSet};
 use super::segment::{segment_path, LOG_SUFFIX};
 
 /// A new, empty log for `create_empty_logs`: its directory and the small
@@ -29,18 +28,13 @@ pub struct EmptyLog {
 /// order in which a power loss would keep their entries and bytes does not
 /// matter: whatever survives is a partial empty log, which an open recovers
 /// (a missing or damaged file is made again) and which holds nothing ever
-/// acknowledged. So every file is written first and all are made durable
-/// together by one `syncfs` of their file system, in one or two journal
-/// commits. `syncfs` reports any writeback error of the file system since
-/// the descriptor it is given was opened (Linux 5.8 and later, which the
-/// runtime needs anyway), and that descriptor is opened before the first
-/// write. It also writes out other dirty pages of the same file system; a
-/// broker's own are few, since segments are written with direct I/O. The
-/// directory syncs after it find nothing left to do on Linux; they are the
-/// directory durability a simulated disk watches.
+/// acknowledged. So every file is written first and all are synced together
+/// (`SyncSet`: one `syncfs` when there are many), then each new directory
+/// and the parent; on a journalling file system the first of those syncs
+/// commits every new entry and the rest find nothing left to do.
 pub fn create_empty_logs(parent: &Path, logs: &[EmptyLog]) -> io::Result<Vec<bool>> {
     create_dir_durably(parent)?;
-    let file_system = fs::File::open(parent)?;
+    let mut written = SyncSet::new(parent)?;
     let mut made = Vec::with_capacity(logs.len());
     for log in logs {
         assert_eq!(
@@ -59,15 +53,15 @@ pub fn create_empty_logs(parent: &Path, logs: &[EmptyLog]) -> io::Result<Vec<boo
         made.push(true);
         fs::File::create_new(segment_path(&log.dir, Offset::ZERO, LOG_SUFFIX))?;
         for (name, contents) in &log.files {
-            fs::File::create_new(log.dir.join(name))?.write_all(contents)?;
+            let mut file = fs::File::create_new(log.dir.join(name))?;
+            file.write_all(contents)?;
+            written.add(file)?;
         }
     }
     if !made.contains(&true) {
         return Ok(made);
     }
-    if !crate::runtime::sim::is_active() {
-        nix::unistd::syncfs(file_system.as_raw_fd())?;
-    }
+    written.sync()?;
     for (log, &made) in logs.iter().zip(&made) {
         if made {
             sync_dir(&log.dir)?;

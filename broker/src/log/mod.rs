@@ -20,7 +20,8 @@ pub mod txn_index;
 pub mod verify;
 
 pub use checkpoint::{
-    create_dir_durably, record_dir_syncs, take_clean_logs, write_atomically, write_clean_logs,
+    create_dir_durably, record_dir_syncs, take_clean_logs, write_all_atomically, write_atomically,
+    write_clean_logs, SyncSet, SYNC_EACH_FILES_MAX,
 };
 pub use config::{CleanupPolicy, FlushPolicy, LogConfig, LogConfigError};
 pub use create::{create_empty_logs, EmptyLog};

@@ -117,6 +117,8 @@ pub struct Shard {
     /// they got it (`queue_maintenance`); idle ones are found by a slower
     /// scan, so a tick costs what is active, not what exists.
     maintenance_queue: RefCell<Vec<(PartitionKey, Rc<Replica>)>>,
+    /// Saves every replica's epoch history (`replica::EpochWriter`).
+    epoch_writer: Rc<replica::EpochWriter>,
     cache: RefCell<BatchCache>,
     metrics: ShardMetrics,
     mesh: Mesh<MeshMessage>,
@@ -182,6 +184,7 @@ impl Shard {
             view: RefCell::new(ClusterView::default()),
             replicas: RefCell::new(BTreeMap::new()),
             maintenance_queue: RefCell::new(Vec::new()),
+            epoch_writer: Rc::default(),
             cache: RefCell::new(cache),
             metrics: ShardMetrics::default(),
             mesh,

@@ -166,6 +166,7 @@ impl Shard {
                             desired.topic_id,
                             log,
                             &desired.role,
+                            self.epoch_writer.clone(),
                         ));
                         self.replicas
                             .borrow_mut()

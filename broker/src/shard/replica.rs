@@ -8,11 +8,11 @@ use std::rc::Rc;
 
 use super::{Role, Shard, TOPIC_ID_FILE};
 use crate::cluster_view::partition_dir;
-use crate::log::{LogError, PartitionLog};
+use crate::log::{write_all_atomically, LogError, PartitionLog};
 use crate::partition::PartitionKey;
-use crate::replication::epochs::EpochHistory;
+use crate::replication::epochs::{EpochHistory, EPOCH_FILE};
 use crate::replication::replica::ReplicaCore;
-use crate::runtime::{self, SerialGate, Watermark};
+use crate::runtime::{self, Watermark};
 use protocol::{BrokerId, LeaderEpoch, Offset};
 
 #[derive(Debug)]
@@ -48,43 +48,45 @@ pub struct Cleaning {
     pub uncleanable: Option<String>,
 }
 
-/// Saves a replica's epoch history on the runtime's blocking thread, one
-/// save at a time, each writing the history as it is when it runs (so the
-/// last to finish is the newest). Every record on disk must have its epoch
-/// in the saved history, so a leader appends at a new epoch, and a follower
-/// appends a batch of a new epoch, only once the save that names it is done
+/// Saves a replica's epoch history through its shard's `EpochWriter`, each
+/// save writing the history as it is when it runs (so the last to finish is
+/// the newest). Every record on disk must have its epoch in the saved
+/// history, so a leader appends at a new epoch, and a follower appends a
+/// batch of a new epoch, only once the save that names it is done
 /// (`flushed`); cuts need not wait (an entry past the log end is dropped
 /// when the log opens).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct EpochSaver {
+    writer: Rc<EpochWriter>,
     asked: Cell<u64>,
     pending: RefCell<Option<(u64, PathBuf, EpochHistory)>>,
+    /// In the writer's queue (its `pending` not taken yet).
+    queued: Cell<bool>,
     saved: Watermark,
-    gate: SerialGate,
     failures: Cell<u64>,
 }
 
 impl EpochSaver {
+    pub fn new(writer: Rc<EpochWriter>) -> EpochSaver {
+        EpochSaver {
+            writer,
+            asked: Cell::new(0),
+            pending: RefCell::new(None),
+            queued: Cell::new(false),
+            saved: Watermark::new(0),
+            failures: Cell::new(0),
+        }
+    }
+
     /// Asks for `history` to be saved in `dir`.
     pub fn request(self: &Rc<Self>, dir: PathBuf, history: EpochHistory) {
         let n = self.asked.get() + 1;
         self.asked.set(n);
+        // A request not taken yet is replaced: only the newest is written.
         *self.pending.borrow_mut() = Some((n, dir, history));
-        let saver = self.clone();
-        runtime::spawn(async move {
-            let _gate = saver.gate.enter().await;
-            // A later request may have been written already by this point.
-            let Some((n, dir, history)) = saver.pending.borrow_mut().take() else {
-                return;
-            };
-            let shown = dir.clone();
-            if let Err(e) = runtime::blocking(move || history.save(&dir)).await {
-                saver.failures.set(saver.failures.get() + 1);
-                tracing::warn!(error = %e, dir = %shown.display(), "saving the leader epoch history failed");
-            }
-            saver.saved.advance(n as i64);
-        })
-        .detach();
+        if !self.queued.replace(true) {
+            self.writer.enqueue(self.clone());
+        }
     }
 
     /// Waits until every save asked for so far is done.
@@ -101,10 +103,69 @@ impl EpochSaver {
     }
 }
 
+/// Writes a shard's epoch histories, one pass at a time on a blocking
+/// thread, each pass every history asked for since the last began
+/// (`log::write_all_atomically`): a restart that moves the leadership of
+/// thousands of partitions saves them in a few passes sharing their syncs,
+/// not one file system commit after another per partition. One pass at a
+/// time also keeps two saves of one replica from sharing its temp file. The
+/// queue holds each replica at most once, so it is bounded by the shard's
+/// replicas.
+#[derive(Debug, Default)]
+pub struct EpochWriter {
+    queue: RefCell<Vec<Rc<EpochSaver>>>,
+    running: Cell<bool>,
+}
+
+impl EpochWriter {
+    fn enqueue(self: &Rc<Self>, saver: Rc<EpochSaver>) {
+        self.queue.borrow_mut().push(saver);
+        if self.running.replace(true) {
+            return;
+        }
+        let writer = self.clone();
+        runtime::spawn(async move {
+            loop {
+                let queued = std::mem::take(&mut *writer.queue.borrow_mut());
+                if queued.is_empty() {
+                    break;
+                }
+                let mut savers = Vec::with_capacity(queued.len());
+                let mut files = Vec::with_capacity(queued.len());
+                for saver in queued {
+                    saver.queued.set(false);
+                    let (n, dir, history) =
+                        saver.pending.borrow_mut().take().expect("a queued save");
+                    files.push((dir, history.encode().into_bytes()));
+                    savers.push((saver, n));
+                }
+                let shown: Vec<PathBuf> = files.iter().map(|(dir, _)| dir.clone()).collect();
+                let results =
+                    runtime::blocking(move || write_all_atomically(EPOCH_FILE, &files)).await;
+                for (((saver, n), result), dir) in savers.iter().zip(results).zip(&shown) {
+                    if let Err(e) = result {
+                        saver.failures.set(saver.failures.get() + 1);
+                        tracing::warn!(error = %e, dir = %dir.display(), "saving the leader epoch history failed");
+                    }
+                    saver.saved.advance(*n as i64);
+                }
+            }
+            writer.running.set(false);
+        })
+        .detach();
+    }
+}
+
 impl Replica {
     /// A replica of broker `me` over an opened log, in the role `role` gives
     /// it before its first role change (`Role::opened`).
-    pub fn new(me: BrokerId, topic_id: u64, log: Rc<PartitionLog>, role: &Role) -> Replica {
+    pub fn new(
+        me: BrokerId,
+        topic_id: u64,
+        log: Rc<PartitionLog>,
+        role: &Role,
+        epoch_writer: Rc<EpochWriter>,
+    ) -> Replica {
         let log_end = Watermark::new(log.log_end_offset().0);
         // Only the latest epoch is known without a history file: a follower
         // that asks about older ones is cut back further than needed, never
@@ -122,7 +183,7 @@ impl Replica {
             high_watermark: Watermark::new(0),
             core: RefCell::new(ReplicaCore::new(me, role, epochs)),
             role_version: Watermark::new(0),
-            epoch_saver: Rc::default(),
+            epoch_saver: Rc::new(EpochSaver::new(epoch_writer)),
             cleaning: RefCell::default(),
             maintenance_queued: Cell::new(false),
         }
@@ -264,7 +325,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_path_buf();
         runtime::run_local(async move {
-            let saver = Rc::new(EpochSaver::default());
+            let saver = Rc::new(EpochSaver::new(Rc::default()));
             for latest in 1..=5 {
                 let entries = (1..=latest)
                     .map(|e| (LeaderEpoch(e), Offset(i64::from(e) * 10)))
@@ -280,6 +341,31 @@ mod tests {
             );
             assert_eq!(saved.entries().len(), 5);
             assert_eq!(saver.take_failures(), 0);
+            // Many replicas share one writer: each gets its own history,
+            // whether its request came before or during a pass.
+            let writer = Rc::new(EpochWriter::default());
+            let savers: Vec<(PathBuf, Rc<EpochSaver>)> = (0..40)
+                .map(|i| {
+                    let dir = path.join(format!("r-{i}"));
+                    std::fs::create_dir(&dir).unwrap();
+                    (dir, Rc::new(EpochSaver::new(writer.clone())))
+                })
+                .collect();
+            for (i, (dir, saver)) in savers.iter().enumerate() {
+                let entries = vec![(LeaderEpoch(i as i32), Offset(0))];
+                saver.request(dir.clone(), EpochHistory::from_entries(entries));
+            }
+            savers[0].1.flushed().await;
+            for (i, (dir, saver)) in savers.iter().enumerate() {
+                let entries = vec![(LeaderEpoch(i as i32 + 100), Offset(0))];
+                saver.request(dir.clone(), EpochHistory::from_entries(entries));
+            }
+            for (i, (dir, saver)) in savers.iter().enumerate() {
+                saver.flushed().await;
+                let saved = EpochHistory::load(dir, Offset(0), EpochHistory::default());
+                assert_eq!(saved.latest_epoch(), Some(LeaderEpoch(i as i32 + 100)));
+                assert_eq!(saver.take_failures(), 0);
+            }
             // A failed save is counted, and waiting for it still ends.
             saver.request(path.join("no-such-dir"), EpochHistory::default());
             saver.flushed().await;
