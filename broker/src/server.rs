@@ -83,6 +83,13 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     {
         runtime::net::refuse_if_listened(addr).map_err(ServerError::PortInUse)?;
     }
+    // What a killed predecessor left only in the page cache becomes durable
+    // before any of it is trusted (a new replica's directory made in bulk is
+    // written first and synced after, `log::create_empty_logs`).
+    crate::log::sync_file_system(&config.data_dir).map_err(|source| ServerError::DataDir {
+        path: dir.clone(),
+        source,
+    })?;
     // Removed durably before any log opens: a crash from here on rescans.
     let clean_logs =
         crate::log::take_clean_logs(&config.data_dir).map_err(|source| ServerError::DataDir {

@@ -20,8 +20,8 @@ pub mod txn_index;
 pub mod verify;
 
 pub use checkpoint::{
-    create_dir_durably, record_dir_syncs, take_clean_logs, write_all_atomically, write_atomically,
-    write_clean_logs, SyncSet, SYNC_EACH_FILES_MAX,
+    create_dir_durably, record_dir_syncs, sync_dir, sync_file_system, take_clean_logs,
+    write_all_atomically, write_atomically, write_clean_logs, SyncSet, SYNC_EACH_FILES_MAX,
 };
 pub use config::{CleanupPolicy, FlushPolicy, LogConfig, LogConfigError};
 pub use create::{create_empty_logs, EmptyLog};

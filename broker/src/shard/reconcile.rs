@@ -158,7 +158,7 @@ impl Shard {
                     })
                 })
                 .collect();
-            for ((key, desired), open) in group.iter().zip(opens) {
+            for (((key, desired), open), made) in group.iter().zip(opens).zip(made) {
                 match open.await {
                     Ok(log) => {
                         let replica = Rc::new(Replica::new(
@@ -172,6 +172,10 @@ impl Shard {
                             .borrow_mut()
                             .insert(key.clone(), replica.clone());
                         self.set_role(key, &replica, desired.role.clone());
+                        if made.is_none() {
+                            // What the failed pass wrote may not be durable.
+                            replica.save_epochs();
+                        }
                     }
                     Err(e) => {
                         self.metrics.on_storage_error();

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use super::{Role, Shard, TOPIC_ID_FILE};
-use crate::cluster_view::partition_dir;
-use crate::log::{write_all_atomically, LogError, PartitionLog};
+use crate::cluster_view::{partition_dir, topics_dir};
+use crate::log::{sync_dir, write_all_atomically, LogError, PartitionLog};
 use crate::partition::PartitionKey;
 use crate::replication::epochs::{EpochHistory, EPOCH_FILE};
 use crate::replication::replica::ReplicaCore;
@@ -62,6 +62,10 @@ pub struct EpochSaver {
     pending: RefCell<Option<(u64, PathBuf, EpochHistory)>>,
     /// In the writer's queue (its `pending` not taken yet).
     queued: Cell<bool>,
+    /// Set when the replica is removed: its directory is about to go, and
+    /// a save landing after that (or in a directory of the same name made
+    /// again) would write a history that is not its own.
+    closed: Cell<bool>,
     saved: Watermark,
     failures: Cell<u64>,
 }
@@ -73,6 +77,7 @@ impl EpochSaver {
             asked: Cell::new(0),
             pending: RefCell::new(None),
             queued: Cell::new(false),
+            closed: Cell::new(false),
             saved: Watermark::new(0),
             failures: Cell::new(0),
         }
@@ -80,6 +85,10 @@ impl EpochSaver {
 
     /// Asks for `history` to be saved in `dir`.
     pub fn request(self: &Rc<Self>, dir: PathBuf, history: EpochHistory) {
+        if self.closed.get() {
+            tracing::debug!(dir = %dir.display(), "not saving the epoch history of a removed replica");
+            return;
+        }
         let n = self.asked.get() + 1;
         self.asked.set(n);
         // A request not taken yet is replaced: only the newest is written.
@@ -87,6 +96,12 @@ impl EpochSaver {
         if !self.queued.replace(true) {
             self.writer.enqueue(self.clone());
         }
+    }
+
+    /// Refuses every later request, then waits for those asked before.
+    pub async fn close(&self) {
+        self.closed.set(true);
+        self.flushed().await;
     }
 
     /// Waits until every save asked for so far is done.
@@ -247,8 +262,9 @@ impl Shard {
     /// Opens the log of a replica placed here. `made`: whether
     /// `log::create_empty_logs` just made its directory (then it is an empty
     /// log with its marker, all synced, opened without a rescan), or `None`
-    /// if that failed (then a marker found may not be durable and is
-    /// written again).
+    /// if that pass failed part way: then whatever it made may not be
+    /// durable, so the directory and its parent are synced, the marker is
+    /// written again, and the caller saves the epoch history again.
     pub(super) async fn open_replica(
         &self,
         key: &PartitionKey,
@@ -257,21 +273,34 @@ impl Shard {
         made: Option<bool>,
     ) -> Result<Rc<PartitionLog>, LogError> {
         let dir = partition_dir(&self.config.data_dir, &key.topic, key.partition);
+        // Trusted at most once: a later open of the same directory in this
+        // run (after a removal, or a new one made here) must not count on
+        // the last shutdown.
+        let listed = dir.file_name().is_some_and(|name| {
+            self.clean_logs
+                .borrow_mut()
+                .remove(&*name.to_string_lossy())
+        });
         if made == Some(true) {
             return PartitionLog::open_empty(&dir, log_config, self.clock.clone()).await;
+        }
+        if made.is_none() {
+            let (parent, owned) = (topics_dir(&self.config.data_dir), dir.clone());
+            runtime::blocking(move || {
+                sync_dir(&parent)?;
+                if owned.exists() {
+                    sync_dir(&owned)?;
+                }
+                Ok::<_, std::io::Error>(())
+            })
+            .await
+            .map_err(|e| LogError::io(&dir, e))?;
         }
         let marker = dir.join(TOPIC_ID_FILE);
         let read = {
             let marker = marker.clone();
             runtime::blocking(move || std::fs::read_to_string(marker)).await
         };
-        // Trusted at most once: a later open of the same directory in this
-        // run (after a removal) must not count on the last shutdown.
-        let listed = dir.file_name().is_some_and(|name| {
-            self.clean_logs
-                .borrow_mut()
-                .remove(&*name.to_string_lossy())
-        });
         let mut closed_clean = false;
         match read {
             Ok(text) if text.trim() == topic_id.to_string() => closed_clean = listed,
@@ -307,7 +336,7 @@ impl Shard {
                 tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "closing a removed replica failed");
             }
             // No save may land in the directory after it is gone.
-            replica.epoch_saver.flushed().await;
+            replica.epoch_saver.close().await;
             let dir = replica.log.dir().to_path_buf();
             if let Err(e) = runtime::blocking(move || std::fs::remove_dir_all(dir)).await {
                 tracing::warn!(error = %e, dir = %replica.log.dir().display(), "removing a replica's data failed");
@@ -370,6 +399,13 @@ mod tests {
             saver.request(path.join("no-such-dir"), EpochHistory::default());
             saver.flushed().await;
             assert_eq!(saver.take_failures(), 1);
+            // A removed replica's saver writes nothing more.
+            let (dir, saver) = &savers[0];
+            saver.close().await;
+            saver.request(dir.clone(), EpochHistory::default());
+            saver.flushed().await;
+            let kept = EpochHistory::load(dir, Offset(0), EpochHistory::default());
+            assert_eq!(kept.latest_epoch(), Some(LeaderEpoch(100)));
         });
     }
 }
