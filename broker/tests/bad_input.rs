@@ -283,6 +283,75 @@ fn pipelined_requests_are_answered_in_order() {
     still_serving(&mut broker);
 }
 
+/// Frames cut anywhere by the network (inside the length prefix, a byte at a
+/// time, many in one segment, one larger than a receive chunk) arrive whole
+/// and in order, and what they carried reads back record for record.
+#[test]
+fn frames_split_anywhere_across_receives_arrive_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = start(dir.path(), &[]);
+    // Small (copied out of the receive buffer), mid-sized (shared with it)
+    // and larger than one receive chunk; five sizes against two compressions
+    // (by the tag's parity) give each size both ways.
+    let value_sizes = [8usize, 3_000, 9_000, 700_000, 100];
+    let mut stream = Vec::new();
+    let mut sent = Vec::new();
+    for (i, &value_bytes) in value_sizes.iter().cycle().take(25).enumerate() {
+        let tag = i as u64;
+        let records = batch(tag, 1, 1_000 + tag as i64, value_bytes);
+        let body = Client::produce_body("t", 0, records.len(), 1);
+        stream.extend_from_slice(&raw_frame(ApiKey::Produce as u16, 0, &body, &[&records]));
+        sent.push(batch_values(tag, value_bytes));
+    }
+    let mut client = Client::connect(broker.addr()).unwrap();
+    client.stream.set_nodelay(true).unwrap();
+    // Piece sizes that fall on every kind of boundary; a pause after some
+    // lets the broker's receive come back short.
+    let pieces = [
+        1usize, 2, 1, 3, 5_000, 1, 7, 70_000, 333, 300_000, 4, 1_000_000,
+    ];
+    let mut at = 0;
+    for (n, size) in pieces.iter().cycle().enumerate() {
+        if at == stream.len() {
+            break;
+        }
+        let end = (at + size).min(stream.len());
+        client.stream.write_all(&stream[at..end]).unwrap();
+        at = end;
+        if n % 3 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    for expected_base in 0..sent.len() as i64 {
+        let (id, response) = client.receive().unwrap();
+        assert_eq!(id, 9, "raw frames carry correlation id 9");
+        let parsed = protocol::flatbuffers::root::<wire::ProduceResponse>(&response.body).unwrap();
+        let result = parsed.topics().unwrap().get(0).partitions().unwrap().get(0);
+        assert_eq!(ErrorCode::from_u16(result.error_code()), ErrorCode::None);
+        assert_eq!(result.base_offset(), expected_base, "answered in order");
+    }
+    let mut next = 0;
+    let mut read = Vec::new();
+    while next < sent.len() as i64 {
+        let (code, _, _, records) = client.fetch("t", 0, next, 4 << 20, 0);
+        assert_eq!(code, ErrorCode::None);
+        for (base, values) in support::decode(&records) {
+            assert_eq!(base, next);
+            next += values.len() as i64;
+            read.extend(values);
+        }
+    }
+    assert_eq!(read, sent, "every value read back as sent");
+    still_serving(&mut broker);
+}
+
+/// The one value `support::batch(tag, 1, _, value_bytes)` carries.
+fn batch_values(tag: u64, value_bytes: usize) -> Vec<u8> {
+    let mut value = format!("{tag}:0:").into_bytes();
+    value.resize(value_bytes.max(value.len()), b'x');
+    value
+}
+
 // The disk holding the log file fills up: every write to standard error fails
 // with ENOSPC. The broker keeps serving; it only loses its log lines.
 #[test]

@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
+use bytes::{Buf, BytesMut};
 use protocol::frame::{frame_len, LENGTH_PREFIX_BYTES};
 use protocol::ApiKey;
 
@@ -24,6 +25,23 @@ use crate::shard::Shard;
 const ACCEPT_POLL_MS: u64 = 100;
 /// How long shutdown waits for connections to finish their in-flight requests.
 const DRAIN_MS_MAX: u64 = 5_000;
+
+/// A connection's receive chunk: one receive takes up to this much of what
+/// the client has pipelined, and frames are cut from it without a copy.
+const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Frames under this size are copied out of the chunk rather than shared.
+const SHARED_FRAME_BYTES_MIN: usize = 4096;
+
+/// A fresh receive chunk of `capacity_bytes` that starts with the bytes not
+/// yet cut from `rest`. `BytesMut::reserve` is not used for this: on a chunk
+/// still held by nobody else it grows the allocation in place, copying every
+/// byte already cut from it as well.
+fn new_chunk(rest: &BytesMut, capacity_bytes: usize) -> BytesMut {
+    assert!(capacity_bytes >= rest.len());
+    let mut chunk = BytesMut::with_capacity(capacity_bytes);
+    chunk.extend_from_slice(rest);
+    chunk
+}
 
 /// The api, its outcome, the request's size and when it arrived (monotonic).
 type Handled = (Option<ApiKey>, Outcome, usize, Duration);
@@ -109,6 +127,9 @@ async fn read_loop(
     peer: SocketAddr,
 ) {
     let config = shard.config().clone();
+    // Frames are cut from this buffer, many per receive when the client
+    // pipelines; a large frame keeps its part of the chunk, shared.
+    let mut received = BytesMut::new();
     let end = loop {
         let in_flight = pipeline.submitted.get() - pipeline.written.get();
         if in_flight >= config.in_flight_requests_per_connection_max as i64 {
@@ -124,35 +145,72 @@ async fn read_loop(
         if shard.is_stopping() {
             break ReadEnd::Stopping;
         }
-        let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
         let idle = Duration::from_millis(config.connection_idle_ms_max);
-        match runtime_or_closing(pipeline, reader.read_exact_within(&mut prefix, idle)).await {
-            None => break ReadEnd::Closing,
-            Some(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => break ReadEnd::Eof,
-            Some(Err(e)) => break ReadEnd::Io(e),
-            Some(Ok(())) => {}
+        if received.len() < LENGTH_PREFIX_BYTES {
+            if received.is_empty() {
+                // Let go of a chunk whose frames have all been cut, so an idle
+                // connection holds no receive memory.
+                received = BytesMut::new();
+            }
+            if received.capacity() < LENGTH_PREFIX_BYTES {
+                received = new_chunk(&received, READ_CHUNK_BYTES);
+            }
+            match runtime_or_closing(
+                pipeline,
+                reader.fill_within(&mut received, LENGTH_PREFIX_BYTES, idle),
+            )
+            .await
+            {
+                None => break ReadEnd::Closing,
+                Some(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => break ReadEnd::Eof,
+                Some(Err(e)) => break ReadEnd::Io(e),
+                Some(Ok(())) => {}
+            }
         }
+        let prefix: [u8; LENGTH_PREFIX_BYTES] = received[..LENGTH_PREFIX_BYTES]
+            .try_into()
+            .expect("prefix length");
         let len = match frame_len(prefix, config.frame_size_bytes_max) {
             Ok(len) => len,
             Err(e) => break ReadEnd::Bad(e.to_string()),
         };
-        let mut frame = vec![0u8; len];
         let started = shard.clock().monotonic();
-        match runtime_or_closing(
-            pipeline,
-            reader.read_exact_within(&mut frame, Duration::from_millis(config.frame_read_ms_max)),
-        )
-        .await
-        {
-            None => break ReadEnd::Closing,
-            Some(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                break ReadEnd::Bad(format!("connection closed inside a {len}-byte frame"))
+        let frame_end = LENGTH_PREFIX_BYTES + len;
+        if received.len() < frame_end {
+            if received.capacity() < frame_end {
+                // `frame_len` bounded `len`, so this is at most one frame
+                // larger than the chunk.
+                received = new_chunk(&received, frame_end.max(READ_CHUNK_BYTES));
             }
-            Some(Err(e)) => break ReadEnd::Io(e),
-            Some(Ok(())) => {}
+            match runtime_or_closing(
+                pipeline,
+                reader.fill_within(
+                    &mut received,
+                    frame_end,
+                    Duration::from_millis(config.frame_read_ms_max),
+                ),
+            )
+            .await
+            {
+                None => break ReadEnd::Closing,
+                Some(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    break ReadEnd::Bad(format!("connection closed inside a {len}-byte frame"))
+                }
+                Some(Err(e)) => break ReadEnd::Io(e),
+                Some(Ok(())) => {}
+            }
         }
+        received.advance(LENGTH_PREFIX_BYTES);
+        let frame = if len < SHARED_FRAME_BYTES_MIN {
+            // A small request may wait long (a fetch for new data): its own
+            // copy keeps it from holding the whole chunk meanwhile.
+            let frame = bytes::Bytes::copy_from_slice(&received[..len]);
+            received.advance(len);
+            frame
+        } else {
+            received.split_to(len).freeze()
+        };
         let handler_shard = shard.clone();
-        let frame = bytes::Bytes::from(frame);
         let task = runtime::spawn(async move {
             let (api, outcome) = handlers::handle(&handler_shard, &frame, peer).await;
             (api, outcome, frame.len() + LENGTH_PREFIX_BYTES, started)

@@ -272,15 +272,110 @@ impl AsyncWrite for WriteHalf {
     }
 }
 
+/// Bytes a wait for more data reads through the stream: the stretch it
+/// zeroes first, so it stays small; reads that do not wait fill the buffer's
+/// spare capacity without zeroing it.
+const WAIT_READ_BYTES: usize = 4096;
+
 impl ReadHalf {
-    /// Reads exactly `buf.len()` bytes, or fails with `TimedOut` after `timeout`.
-    pub async fn read_exact_within(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<()> {
-        let read = async { self.read_exact(buf).await };
-        let expire = async {
-            super::sleep(timeout).await;
-            Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out"))
+    /// Reads until `buf` holds at least `min_bytes`, taking whatever more the
+    /// socket already has, up to `buf`'s spare capacity, or fails with
+    /// `TimedOut` after `timeout` spent waiting for data (`UnexpectedEof` when
+    /// the peer closes first). The caller reserves the capacity; reads that
+    /// find data ready go straight into it, unzeroed, and start no timer.
+    pub async fn fill_within(
+        &mut self,
+        buf: &mut bytes::BytesMut,
+        min_bytes: usize,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        assert!(
+            buf.capacity() >= min_bytes,
+            "fill_within: capacity not reserved"
+        );
+        while buf.len() < min_bytes {
+            match self.recv_ready(buf) {
+                Some(Ok(0)) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
+            // Nothing ready: wait for it under one timer for the rest.
+            let wait = async {
+                while buf.len() < min_bytes {
+                    // The stretch lives in `buf`, not in this future: a
+                    // future holding kilobytes is copied at every move.
+                    let start = buf.len();
+                    let want = (buf.capacity() - start).clamp(1, WAIT_READ_BYTES);
+                    buf.resize(start + want, 0);
+                    let read = self.read(&mut buf[start..]).await;
+                    buf.truncate(start + *read.as_ref().unwrap_or(&0));
+                    if read? == 0 {
+                        return Err(io::ErrorKind::UnexpectedEof.into());
+                    }
+                    while buf.len() < min_bytes {
+                        match self.recv_ready(buf) {
+                            Some(Ok(0)) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                            Some(Ok(_)) => {}
+                            Some(Err(e)) => return Err(e),
+                            None => break,
+                        }
+                    }
+                }
+                Ok(())
+            };
+            return super::timeout(timeout, wait)
+                .await
+                .unwrap_or_else(|| Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")));
+        }
+        Ok(())
+    }
+
+    /// One receive that does not wait, into `buf`'s spare capacity: the
+    /// bytes it took (0 at the end of the stream), or `None` when nothing is
+    /// ready or the connection is simulated.
+    fn recv_ready(&mut self, buf: &mut bytes::BytesMut) -> Option<io::Result<usize>> {
+        use std::os::unix::io::AsRawFd;
+        let ReadInner::Glommio(stream) = &self.inner else {
+            return None;
         };
-        futures_lite::future::or(read, expire).await
+        // glommio's stream is unbuffered (it receives straight into the
+        // caller's slice), so bytes taken here cannot overtake bytes it holds.
+        let fd = stream.borrow().as_raw_fd();
+        let spare = buf.spare_capacity_mut();
+        if spare.is_empty() {
+            return None;
+        }
+        loop {
+            // SAFETY: the kernel writes at most `spare.len()` bytes at the
+            // start of `buf`'s spare capacity, and only the bytes it reports
+            // written are taken into `buf` below.
+            #[allow(unsafe_code)]
+            let received = unsafe {
+                nix::libc::recv(
+                    fd,
+                    spare.as_mut_ptr().cast(),
+                    spare.len(),
+                    nix::libc::MSG_DONTWAIT,
+                )
+            };
+            if received >= 0 {
+                let received = received as usize;
+                assert!(received <= spare.len());
+                // SAFETY: the kernel initialised these `received` bytes.
+                #[allow(unsafe_code)]
+                unsafe {
+                    buf.set_len(buf.len() + received)
+                };
+                return Some(Ok(received));
+            }
+            let error = io::Error::last_os_error();
+            match error.kind() {
+                io::ErrorKind::WouldBlock => return None,
+                io::ErrorKind::Interrupted => continue,
+                _ => return Some(Err(error)),
+            }
+        }
     }
 }
 

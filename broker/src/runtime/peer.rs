@@ -91,6 +91,7 @@ impl PeerConnection {
         };
         encode_request(&mut frame, &header, body, payload);
         let response_bytes_max = self.response_bytes_max;
+        let limit = Duration::from_millis(wait_ms + self.request_ms_max);
         let exchange = async {
             self.writer.write_all(&frame).await?;
             self.writer.flush().await?;
@@ -98,11 +99,12 @@ impl PeerConnection {
             self.reader.read_exact(&mut prefix).await?;
             let len = frame_len(prefix, response_bytes_max)
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
-            let mut response = vec![0u8; len];
-            self.reader.read_exact(&mut response).await?;
+            // Received into unzeroed capacity: replicated batches are most
+            // of a broker's inbound bytes.
+            let mut response = bytes::BytesMut::with_capacity(len);
+            self.reader.fill_within(&mut response, len, limit).await?;
             Ok::<_, std::io::Error>(response)
         };
-        let limit = Duration::from_millis(wait_ms + self.request_ms_max);
         let response = super::timeout(limit, exchange)
             .await
             .ok_or(PeerError::Timeout)??;
@@ -114,7 +116,7 @@ impl PeerConnection {
         let start = decoded.body.as_ptr() as usize - response.as_ptr() as usize;
         let body = start..start + decoded.body.len();
         Ok(PeerResponse {
-            frame: Bytes::from(response),
+            frame: response.freeze(),
             body,
         })
     }
