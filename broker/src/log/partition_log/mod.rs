@@ -968,6 +968,12 @@ impl PartitionLog {
         {
             return Ok(file);
         }
+        // Boxed: once per segment, and the creation's future would otherwise
+        // grow every write's.
+        Box::pin(self.create_segment_file(base)).await
+    }
+
+    async fn create_segment_file(&self, base: Offset) -> LogResult<DirectFile> {
         let path = segment_path(&self.dir, base, LOG_SUFFIX);
         let file = DirectFile::create_new(&path)
             .await
@@ -1013,7 +1019,8 @@ impl PartitionLog {
                 .segment_mut(base)
                 .is_some_and(|s| s.closing);
             if closing {
-                self.finish_closing(base, &file).await?;
+                // Boxed for the same reason: once per segment.
+                Box::pin(self.finish_closing(base, &file)).await?;
             }
         }
         if target_end.0 > self.written.get() {
