@@ -75,50 +75,16 @@ pub async fn handle(
             ),
         );
     }
-    // A request's future is as large as the largest handler's and is copied
-    // whole when its task is spawned: handlers off the produce and fetch
-    // paths run boxed, so those two stay small.
     let result = match api {
         ApiKey::ApiVersions => Ok(api_versions::handle(shard)),
         ApiKey::Metadata => metadata::handle(shard, request.body),
-        ApiKey::CreateTopics => Box::pin(admin::create_topics(shard, request.body)).await,
-        ApiKey::DeleteTopics => Box::pin(admin::delete_topics(shard, request.body)).await,
-        ApiKey::AlterTopicConfigs => {
-            Box::pin(admin::alter_topic_configs(shard, request.body)).await
-        }
         ApiKey::ListTopics => admin::list_topics(shard),
-        ApiKey::DescribeTopic => Box::pin(admin::describe_topic(shard, request.body)).await,
         ApiKey::Produce => produce::handle(shard, request.body, frame, request.payload).await,
         ApiKey::Fetch => fetch::handle(shard, request.body).await,
-        ApiKey::ListOffsets => Box::pin(list_offsets::handle(shard, request.body)).await,
-        ApiKey::FindCoordinator => {
-            Box::pin(coordinators::find_coordinator(shard, request.body)).await
-        }
-        ApiKey::GroupHeartbeat => Box::pin(groups::heartbeat(shard, request.body, peer)).await,
-        ApiKey::OffsetCommit => Box::pin(groups::offset_commit(shard, request.body)).await,
-        ApiKey::OffsetFetch => Box::pin(groups::offset_fetch(shard, request.body)).await,
-        ApiKey::ListGroups => Box::pin(groups::list_groups(shard)).await,
-        ApiKey::DescribeGroup => Box::pin(groups::describe_group(shard, request.body)).await,
-        ApiKey::DeleteGroup => Box::pin(groups::delete_group(shard, request.body)).await,
-        ApiKey::DeleteGroupOffsets => {
-            Box::pin(groups::delete_group_offsets(shard, request.body)).await
-        }
-        ApiKey::InitProducerId => Box::pin(producers::init_producer_id(shard, request.body)).await,
-        ApiKey::WriteTxnMarkers => {
-            Box::pin(transactions::write_txn_markers(shard, request.body)).await
-        }
-        ApiKey::AddPartitionsToTxn => {
-            Box::pin(txn_coordinator::add_partitions(shard, request.body)).await
-        }
-        ApiKey::EndTxn => Box::pin(txn_coordinator::end_txn(shard, request.body)).await,
-        ApiKey::ListTransactions => Box::pin(txn_coordinator::list(shard, request.body)).await,
-        ApiKey::DescribeTransaction => {
-            Box::pin(txn_coordinator::describe(shard, request.body)).await
-        }
-        ApiKey::AddOffsetsToTxn => {
-            Box::pin(txn_coordinator::add_offsets(shard, request.body)).await
-        }
-        ApiKey::TxnOffsetCommit => Box::pin(groups::txn_offset_commit(shard, request.body)).await,
+        // A request's future is as large as the largest handler's and is
+        // copied whole when its task is spawned: the rest run boxed, so
+        // produce and fetch stay small.
+        api => Box::pin(handle_rare(shard, api, request.body, peer)).await,
     };
     let outcome = match result {
         Ok(Reply::Body { body, payload }) => {
@@ -135,6 +101,43 @@ pub async fn handle(
         Err(reason) => Outcome::Close(format!("{} request: {reason}", api.name())),
     };
     (Some(api), outcome)
+}
+
+/// The handlers off the produce and fetch paths, for `handle`.
+async fn handle_rare(
+    shard: &Rc<Shard>,
+    api: ApiKey,
+    body: &[u8],
+    peer: SocketAddr,
+) -> HandlerResult {
+    match api {
+        ApiKey::CreateTopics => admin::create_topics(shard, body).await,
+        ApiKey::DeleteTopics => admin::delete_topics(shard, body).await,
+        ApiKey::AlterTopicConfigs => admin::alter_topic_configs(shard, body).await,
+        ApiKey::DescribeTopic => admin::describe_topic(shard, body).await,
+        ApiKey::ListOffsets => list_offsets::handle(shard, body).await,
+        ApiKey::FindCoordinator => coordinators::find_coordinator(shard, body).await,
+        ApiKey::GroupHeartbeat => groups::heartbeat(shard, body, peer).await,
+        ApiKey::OffsetCommit => groups::offset_commit(shard, body).await,
+        ApiKey::OffsetFetch => groups::offset_fetch(shard, body).await,
+        ApiKey::ListGroups => groups::list_groups(shard).await,
+        ApiKey::DescribeGroup => groups::describe_group(shard, body).await,
+        ApiKey::DeleteGroup => groups::delete_group(shard, body).await,
+        ApiKey::DeleteGroupOffsets => groups::delete_group_offsets(shard, body).await,
+        ApiKey::InitProducerId => producers::init_producer_id(shard, body).await,
+        ApiKey::WriteTxnMarkers => transactions::write_txn_markers(shard, body).await,
+        ApiKey::AddPartitionsToTxn => txn_coordinator::add_partitions(shard, body).await,
+        ApiKey::EndTxn => txn_coordinator::end_txn(shard, body).await,
+        ApiKey::ListTransactions => txn_coordinator::list(shard, body).await,
+        ApiKey::DescribeTransaction => txn_coordinator::describe(shard, body).await,
+        ApiKey::AddOffsetsToTxn => txn_coordinator::add_offsets(shard, body).await,
+        ApiKey::TxnOffsetCommit => groups::txn_offset_commit(shard, body).await,
+        ApiKey::ApiVersions
+        | ApiKey::Metadata
+        | ApiKey::ListTopics
+        | ApiKey::Produce
+        | ApiKey::Fetch => unreachable!("served by handle"),
+    }
 }
 
 fn respond(header: &RequestHeader, body: Vec<u8>) -> Outcome {

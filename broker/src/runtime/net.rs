@@ -293,40 +293,42 @@ impl ReadHalf {
             buf.capacity() >= min_bytes,
             "fill_within: capacity not reserved"
         );
+        self.take_ready(buf, min_bytes)?;
+        if buf.len() >= min_bytes {
+            return Ok(());
+        }
+        // Nothing more ready: wait for it under one timer for the rest.
+        let wait = async {
+            while buf.len() < min_bytes {
+                // The stretch lives in `buf`, not in this future: a future
+                // holding kilobytes is copied at every move.
+                let start = buf.len();
+                let want = (buf.capacity() - start).clamp(1, WAIT_READ_BYTES);
+                buf.resize(start + want, 0);
+                let read = self.read(&mut buf[start..]).await;
+                buf.truncate(start + *read.as_ref().unwrap_or(&0));
+                if read? == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+                self.take_ready(buf, min_bytes)?;
+            }
+            Ok(())
+        };
+        super::timeout(timeout, wait)
+            .await
+            .unwrap_or_else(|| Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")))
+    }
+
+    /// Receives without waiting until `buf` holds `min_bytes` or the socket
+    /// has nothing more ready.
+    fn take_ready(&mut self, buf: &mut bytes::BytesMut, min_bytes: usize) -> io::Result<()> {
         while buf.len() < min_bytes {
             match self.recv_ready(buf) {
                 Some(Ok(0)) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Some(Ok(_)) => continue,
+                Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e),
-                None => {}
+                None => break,
             }
-            // Nothing ready: wait for it under one timer for the rest.
-            let wait = async {
-                while buf.len() < min_bytes {
-                    // The stretch lives in `buf`, not in this future: a
-                    // future holding kilobytes is copied at every move.
-                    let start = buf.len();
-                    let want = (buf.capacity() - start).clamp(1, WAIT_READ_BYTES);
-                    buf.resize(start + want, 0);
-                    let read = self.read(&mut buf[start..]).await;
-                    buf.truncate(start + *read.as_ref().unwrap_or(&0));
-                    if read? == 0 {
-                        return Err(io::ErrorKind::UnexpectedEof.into());
-                    }
-                    while buf.len() < min_bytes {
-                        match self.recv_ready(buf) {
-                            Some(Ok(0)) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                            Some(Ok(_)) => {}
-                            Some(Err(e)) => return Err(e),
-                            None => break,
-                        }
-                    }
-                }
-                Ok(())
-            };
-            return super::timeout(timeout, wait)
-                .await
-                .unwrap_or_else(|| Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")));
         }
         Ok(())
     }

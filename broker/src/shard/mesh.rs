@@ -316,9 +316,6 @@ impl Shard {
     }
 
     pub async fn execute(self: &Rc<Self>, op: ShardOp) -> ShardReply {
-        // Every call's future is as large as the largest operation's, and is
-        // copied whole at each spawn and move: the operations off the
-        // produce and fetch paths run boxed, so those stay small.
         match op {
             ShardOp::Produce {
                 key,
@@ -349,9 +346,6 @@ impl Shard {
                 )
                 .await,
             ),
-            ShardOp::AlterIsr(request) => ShardReply::AlterIsr(
-                Box::pin(super::controller_link::alter_isr(self, request)).await,
-            ),
             ShardOp::ListOffset {
                 key,
                 timestamp_ms,
@@ -360,38 +354,49 @@ impl Shard {
                 ShardReply::ListOffset(self.list_offset_local(&key, timestamp_ms, isolation).await)
             }
             ShardOp::Describe { key } => ShardReply::Describe(self.describe_local(&key)),
-            ShardOp::CreateTopics(specs) => {
-                ShardReply::Admin(Box::pin(self.create_topics(specs)).await)
+            ShardOp::RenderMetrics => ShardReply::Metrics(self.render_metrics()),
+            ShardOp::ListGroups => ShardReply::Groups(self.list_local_groups()),
+            ShardOp::ListTransactions => ShardReply::Transactions(self.list_local_transactions()),
+            // Every call's future is as large as the largest operation's and
+            // is copied whole at each spawn and move: the rest run boxed, so
+            // the operations above stay small.
+            op => Box::pin(self.execute_rare(op)).await,
+        }
+    }
+
+    /// The operations off the produce and fetch paths, for `execute`.
+    async fn execute_rare(self: &Rc<Self>, op: ShardOp) -> ShardReply {
+        match op {
+            ShardOp::AlterIsr(request) => {
+                ShardReply::AlterIsr(super::controller_link::alter_isr(self, request).await)
             }
-            ShardOp::DeleteTopics(names) => {
-                ShardReply::Admin(Box::pin(self.delete_topics(names)).await)
-            }
+            ShardOp::CreateTopics(specs) => ShardReply::Admin(self.create_topics(specs).await),
+            ShardOp::DeleteTopics(names) => ShardReply::Admin(self.delete_topics(names).await),
             ShardOp::AlterTopicConfigs(specs) => {
-                ShardReply::Admin(Box::pin(self.alter_topic_configs(specs)).await)
+                ShardReply::Admin(self.alter_topic_configs(specs).await)
             }
             ShardOp::ApplyMetadata {
                 update,
                 broker_epoch,
             } => {
-                Box::pin(self.apply_metadata(update, broker_epoch)).await;
+                self.apply_metadata(update, broker_epoch).await;
                 ShardReply::Applied
             }
-            ShardOp::RenderMetrics => ShardReply::Metrics(self.render_metrics()),
             ShardOp::Group { partition, op } => {
-                ShardReply::Group(Box::pin(self.group_call(partition, op)).await)
+                ShardReply::Group(self.group_call(partition, op).await)
             }
-            ShardOp::ListGroups => ShardReply::Groups(self.list_local_groups()),
-            ShardOp::EnsureOffsetsTopic => {
-                ShardReply::Ensured(Box::pin(self.ensure_offsets_topic()).await)
-            }
-            ShardOp::NextProducerId => {
-                ShardReply::ProducerId(Box::pin(self.next_producer_id()).await)
-            }
-            ShardOp::Txn { partition, op } => {
-                ShardReply::Txn(Box::pin(self.txn_call(partition, op)).await)
-            }
-            ShardOp::ListTransactions => ShardReply::Transactions(self.list_local_transactions()),
-            ShardOp::EnsureTxnTopic => ShardReply::Ensured(Box::pin(self.ensure_txn_topic()).await),
+            ShardOp::EnsureOffsetsTopic => ShardReply::Ensured(self.ensure_offsets_topic().await),
+            ShardOp::NextProducerId => ShardReply::ProducerId(self.next_producer_id().await),
+            ShardOp::Txn { partition, op } => ShardReply::Txn(self.txn_call(partition, op).await),
+            ShardOp::EnsureTxnTopic => ShardReply::Ensured(self.ensure_txn_topic().await),
+            ShardOp::Produce { .. }
+            | ShardOp::WriteMarker { .. }
+            | ShardOp::Fetch { .. }
+            | ShardOp::ListOffset { .. }
+            | ShardOp::Describe { .. }
+            | ShardOp::RenderMetrics
+            | ShardOp::ListGroups
+            | ShardOp::ListTransactions => unreachable!("served by execute"),
         }
     }
 }
