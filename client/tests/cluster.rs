@@ -1,7 +1,8 @@
 //! Three controllers and three brokers on 127.0.0.1, all real processes.
 //! Records acknowledged with acks=all survive the kill -9 of their leader:
 //! the new leader, elected from the ISR, serves every one of them, and the
-//! restarted broker catches up as a follower and rejoins the ISR.
+//! restarted broker catches up as a follower and rejoins the ISR; the new
+//! leaders' latest offsets already cover every acknowledged record.
 //! A topic created through one broker is forwarded to the controller, placed
 //! over all brokers, and every broker then answers the same metadata; the
 //! client produces to each partition's leader wherever it is. Kill -9 of a
@@ -24,7 +25,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use client::{Acks, Admin, ClientConfig, Cluster, ClusterMetadata, Producer, ProducerConfig};
+use client::{
+    Acks, Admin, ClientConfig, Cluster, ClusterMetadata, Consumer, ConsumerConfig, Producer,
+    ProducerConfig,
+};
 use real_cluster::Brokers;
 use real_quorum::Quorum;
 
@@ -324,6 +328,31 @@ fn three_controllers_three_brokers_fail_over() {
                 "fenced broker left the ISR of {p}"
             );
         }
+        // A new leader's latest offset covers every acknowledged record:
+        // it answers OFFSET_NOT_AVAILABLE (retried by the client) until its
+        // high watermark reaches its epoch's start, never a smaller end.
+        runtime.block_on(async {
+            let consumer = Consumer::connect(
+                &brokers.bootstrap(witness),
+                ClientConfig::default(),
+                ConsumerConfig::default(),
+            )
+            .await
+            .unwrap();
+            let partitions: Vec<i32> = acked.keys().copied().collect();
+            let ends = consumer
+                .end_offsets(&topic, &partitions)
+                .await
+                .unwrap_or_else(|e| panic!("end offsets after the failover: {e}"));
+            for (p, values) in &acked {
+                assert!(
+                    ends[p] >= values.len() as i64,
+                    "round {round}: partition {p} ends at {} after the failover, below its {} acknowledged records",
+                    ends[p],
+                    values.len()
+                );
+            }
+        });
         // Every acknowledged record is on the new leaders, in order.
         runtime.block_on(async {
             let deadline = Instant::now() + Duration::from_secs(10);

@@ -98,10 +98,15 @@ pub enum ErrorCode {
     /// producer numbers its unanswered batches for this partition again
     /// from 0.
     UnknownProducerId = 47,
+    /// A leader new in its epoch has not yet learned that its ISR holds
+    /// everything it inherited (its high watermark is below the start of its
+    /// epoch), so the latest offset it would give could be behind one a
+    /// consumer already saw: retry shortly.
+    OffsetNotAvailable = 48,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 48] = [
+    const ALL: [ErrorCode; 49] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -150,6 +155,7 @@ impl ErrorCode {
         ErrorCode::TransactionalIdNotFound,
         ErrorCode::UnstableOffsetCommit,
         ErrorCode::UnknownProducerId,
+        ErrorCode::OffsetNotAvailable,
     ];
 
     /// Unknown numbers (from a newer peer) map to `Unknown`.
@@ -185,6 +191,7 @@ impl ErrorCode {
                 | ErrorCode::CoordinatorNotAvailable
                 | ErrorCode::ConcurrentTransactions
                 | ErrorCode::UnstableOffsetCommit
+                | ErrorCode::OffsetNotAvailable
         )
     }
 
@@ -238,6 +245,7 @@ impl ErrorCode {
             ErrorCode::TransactionalIdNotFound => "TRANSACTIONAL_ID_NOT_FOUND",
             ErrorCode::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
             ErrorCode::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
+            ErrorCode::OffsetNotAvailable => "OFFSET_NOT_AVAILABLE",
         }
     }
 }

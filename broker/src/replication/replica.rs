@@ -85,6 +85,19 @@ impl ReplicaCore {
         self.leader.as_ref()
     }
 
+    /// Whether a leader's high watermark `hw` covers everything it held when
+    /// its epoch began. Until it does, the high watermark may be one the old
+    /// leader had already passed (a follower learns it one fetch late), so
+    /// offsets answered from it could go backwards for a consumer; Kafka
+    /// answers OFFSET_NOT_AVAILABLE then, and so does ListOffsets here.
+    pub fn high_watermark_established(&self, hw: Offset) -> bool {
+        let epoch_start = self
+            .epochs
+            .start_of(self.role.leader_epoch)
+            .unwrap_or(Offset::ZERO);
+        !self.role.leader || hw >= epoch_start
+    }
+
     /// Whether this replica leads at `leader_epoch`.
     pub fn leads_at(&self, leader_epoch: LeaderEpoch) -> bool {
         self.role.leader && self.role.leader_epoch == leader_epoch
@@ -324,6 +337,11 @@ mod tests {
             .unwrap();
         assert!(applied.new_leadership && applied.epochs_changed && !applied.demoted);
         assert_eq!(core.epochs().start_of(LeaderEpoch(3)), Some(o(10)));
+        assert!(
+            !core.high_watermark_established(o(8)),
+            "records [8, 10) came from the old leader: not yet known committed"
+        );
+        assert!(core.high_watermark_established(o(10)));
         assert_eq!(
             core.apply_role(role(true, 3, 4, &[1, 2]), o(10), o(8), 0),
             None

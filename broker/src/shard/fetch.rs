@@ -180,6 +180,17 @@ impl Shard {
     ) -> Result<Offset, OpError> {
         let (replica, _) = self.leader_replica(key)?;
         let hw = Offset(replica.high_watermark.get()).min(replica.log.log_end_offset());
+        // The log start needs no settled high watermark; the latest offset
+        // and a timestamp's offset do.
+        if timestamp_ms != -2 && !replica.core.borrow().high_watermark_established(hw) {
+            return Err(OpError::new(
+                ErrorCode::OffsetNotAvailable,
+                format!(
+                    "{}-{}: the new leader's high watermark {hw} has not reached its epoch's start yet",
+                    key.topic, key.partition
+                ),
+            ));
+        }
         match timestamp_ms {
             -2 => Ok(replica.log.log_start_offset()),
             // The latest offset a consumer can read up to.
