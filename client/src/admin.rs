@@ -385,6 +385,7 @@ impl Admin {
             timestamp_ms,
             IsolationLevel::ReadUncommitted,
             Duration::from_millis(ADMIN_RETRY_BACKOFF_MS),
+            Duration::from_millis(crate::consumer::LIST_OFFSETS_RETRY_MS_MAX),
         )
         .await
     }

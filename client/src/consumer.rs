@@ -20,8 +20,12 @@ use crate::consumer_record::{decode_records, ConsumerRecord, DecodedRecords};
 use crate::error::{ClientError, Result};
 use crate::messages::{self, FetchEntry, FetchedPartition, TIMESTAMP_EARLIEST, TIMESTAMP_LATEST};
 
-/// Attempts of a list-offsets lookup across metadata refreshes.
-const LIST_OFFSETS_ATTEMPTS_MAX: u32 = 5;
+/// How long a consumer's list-offsets lookup retries retriable answers
+/// (a moved leader, a new leader whose high watermark is not established
+/// yet) across metadata refreshes, as a Kafka consumer's
+/// `default.api.timeout.ms` does; errors that are not retriable end it at
+/// once.
+pub(crate) const LIST_OFFSETS_RETRY_MS_MAX: u64 = 15_000;
 
 /// Where `seek` moves a partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -326,6 +330,7 @@ impl Consumer {
             timestamp_ms,
             self.config.isolation_level,
             self.config_retry_backoff(),
+            Duration::from_millis(LIST_OFFSETS_RETRY_MS_MAX),
         )
         .await
     }
@@ -598,7 +603,7 @@ impl Consumer {
 
 /// ListOffsets for `partitions` of `topic`, one request per leader
 /// endpoint, retried over metadata refreshes while the answer is retriable
-/// (at most `LIST_OFFSETS_ATTEMPTS_MAX` rounds, `retry_backoff` apart).
+/// (rounds `retry_backoff` apart, none started after `retry_for`).
 pub(crate) async fn list_offsets(
     cluster: &Cluster,
     topic: &str,
@@ -606,10 +611,12 @@ pub(crate) async fn list_offsets(
     timestamp_ms: i64,
     isolation: IsolationLevel,
     retry_backoff: Duration,
+    retry_for: Duration,
 ) -> Result<BTreeMap<i32, i64>> {
+    let deadline = Instant::now() + retry_for;
     let mut found = BTreeMap::new();
     let mut last_error = None;
-    for attempt in 0..LIST_OFFSETS_ATTEMPTS_MAX {
+    for attempt in 0u32.. {
         let missing: Vec<i32> = partitions
             .iter()
             .copied()
@@ -619,6 +626,9 @@ pub(crate) async fn list_offsets(
             return Ok(found);
         }
         if attempt > 0 {
+            if Instant::now() + retry_backoff > deadline {
+                break;
+            }
             tokio::time::sleep(retry_backoff).await;
             cluster.refresh_metadata().await?;
         }
