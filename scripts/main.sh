@@ -6,8 +6,9 @@
 # can be installed) as the ceiling the run is measured against.
 #
 # Environment: RINGLOG_PORT (default 9092), RINGLOG_WORK (default target/main-job),
-# LOADGEN_ARGS (extra flags for ringlog-loadgen run, e.g. "--duration 60s", or
-# "--consumer-groups 3" to read everything through three consumer groups),
+# LOADGEN_ARGS (extra flags for ringlog-loadgen run, e.g. "--duration 60s",
+# "--consumer-groups 3" to read everything through three consumer groups, or
+# "--cpus 1" to pin the load generator's threads),
 # MAIN_CONSUMER_GROUP (default main-job: the consumers read as members of this
 # consumer group, committing every second; empty: plain assigned consumers).
 set -euo pipefail
@@ -38,6 +39,10 @@ done
 group="${MAIN_CONSUMER_GROUP-main-job}"
 target/release/ringlog-loadgen run --bootstrap "127.0.0.1:$port" --scenario 1m-500b \
     --report-dir "$report" ${group:+--consumer-group "$group"} ${LOADGEN_ARGS:-} || echo "load generator exited with $?"
+
+# Beside the load generator's own line ("load generator threads: ..."),
+# where the broker's shards ran: both share this machine's cores.
+echo "broker shards pinned to CPUs $(grep -o 'shard_cpus=\[[^]]*\]' "$work/broker-$stamp.log" | head -1 | cut -d= -f2)"
 
 kill -TERM $broker
 wait $broker || true

@@ -77,6 +77,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info,openraft=warn".into()),
         )
         .with_writer(|| LossyStderr)
+        // A log redirected to a file stays plain text that grep can read.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     match cli.command {

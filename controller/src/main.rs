@@ -66,6 +66,8 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,openraft=warn".into()),
         )
         .with_writer(|| LossyStderr)
+        // A log redirected to a file stays plain text that grep can read.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // Metadata traffic is light: two workers are plenty and leave the cores to brokers.
     let runtime = tokio::runtime::Builder::new_multi_thread()

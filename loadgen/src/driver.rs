@@ -178,10 +178,12 @@ impl MetadataRefresher {
     }
 }
 
-/// Runs the whole workload on a tokio runtime with `threads` worker threads.
+/// Runs the whole workload on a tokio runtime with `threads` worker threads,
+/// pinned to `config.cpus` in turn when it names any.
 pub fn run_blocking(config: RunConfig, threads: usize) -> anyhow::Result<RunOutcome> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
+        .on_thread_start(crate::pinning::pin_workers(config.cpus.clone(), threads))
         .enable_all()
         .build()
         .context("starting the runtime")?;

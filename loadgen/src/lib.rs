@@ -11,7 +11,8 @@
 //! may start and `group_progress` counting what each group read; `consume`
 //! holds what both kinds of consumer share. `max_rate` decides the steps of
 //! `--scenario max-rate`, each one a whole run. `cpu` reads what the load
-//! generator and the rest of the machine used over the measured seconds.
+//! generator and the rest of the machine used over the measured seconds,
+//! and `pinning` places its runtime threads on the CPUs `--cpus` names.
 
 pub mod consume;
 pub mod cpu;
@@ -23,6 +24,7 @@ pub mod histograms;
 pub mod keys;
 pub mod max_rate;
 pub mod payload;
+pub mod pinning;
 pub mod plan;
 pub mod progress;
 pub mod readback;

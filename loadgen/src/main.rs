@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 use loadgen::keys::KeySpec;
 use loadgen::payload::PayloadKind;
+use loadgen::pinning;
 use loadgen::plan::{Plan, PlanInput};
 use loadgen::report::render_latency_table;
 use loadgen::report_dir::write_report_dir;
@@ -171,6 +172,10 @@ struct RunArgs {
     /// (10..=30000) [default: 0, off].
     #[arg(long)]
     transaction_ms: Option<u64>,
+    /// Pin the load generator's worker threads, one each in turn, to these
+    /// CPUs: 1, 0,2, 2-3 [default: unpinned, placed by the scheduler].
+    #[arg(long, value_parser = parse_cpu_list)]
+    cpus: Option<CpuList>,
     /// Producer batch bound: 64KiB [default: 64KiB].
     #[arg(long, value_parser = parse_size_bytes)]
     batch_bytes: Option<u64>,
@@ -249,6 +254,7 @@ impl RunArgs {
             consumer_groups: self.consumer_groups,
             idempotence: self.idempotence,
             transaction_ms: self.transaction_ms,
+            cpus: self.cpus.map(|list| list.0).unwrap_or_default(),
         }
     }
 }
@@ -313,6 +319,9 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "resolved run configuration:\n{}",
         serde_json::to_string_pretty(&config)?
     );
+    if let Err(error) = pinning::check_allowed(&config.cpus, &pinning::allowed_cpus()) {
+        return Ok(bad_flag(error));
+    }
     let report_dir = config.report_dir.clone();
     let partitions = config.partitions;
     let workload = config.workload_parameters();
@@ -344,6 +353,10 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             cpu.loadgen_cores, cpu.other_cores, cpu.stolen_cores, cpu.machine_cores
         );
     }
+    println!(
+        "load generator threads: {}",
+        describe_pinning(&workload.loadgen_cpus, threads)
+    );
     for group in &outcome.groups {
         println!("{}", group.render_line(partitions));
     }
@@ -512,6 +525,29 @@ fn verify_command(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(EXIT_VERIFY_ANOMALIES)
     })
+}
+
+/// `--cpus` as one value (clap would take a bare `Vec` for a repeated flag).
+#[derive(Debug, Clone)]
+struct CpuList(Vec<usize>);
+
+fn parse_cpu_list(list: &str) -> Result<CpuList, String> {
+    pinning::parse_cpus(list)
+        .map(CpuList)
+        .map_err(|e| e.to_string())
+}
+
+fn describe_pinning(cpus: &[usize], threads: usize) -> String {
+    if cpus.is_empty() {
+        return format!(
+            "{threads} workers placed by the scheduler on CPUs {:?}",
+            pinning::allowed_cpus()
+        );
+    }
+    let each: Vec<String> = (0..threads)
+        .map(|i| format!("worker {i} on CPU {}", cpus[i % cpus.len()]))
+        .collect();
+    each.join(", ")
 }
 
 fn readback_command(args: ReadbackArgs) -> anyhow::Result<ExitCode> {

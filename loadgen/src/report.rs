@@ -76,6 +76,9 @@ pub struct WorkloadParameters {
     pub keys: String,
     pub payload: String,
     pub seed: u64,
+    /// Addition: the CPUs the load generator's worker threads were pinned
+    /// to (`--cpus`); empty when the scheduler placed them.
+    pub loadgen_cpus: Vec<usize>,
 }
 
 /// A quantile curve: (percentile, value in ms), serialized as an object
@@ -377,6 +380,7 @@ pub(crate) mod tests {
             keys: "none".to_string(),
             payload: "random".to_string(),
             seed: 7,
+            loadgen_cpus: Vec::new(),
         }
     }
 

@@ -287,6 +287,8 @@ pub struct RunFlags {
     pub idempotence: Option<bool>,
     /// `--transaction-ms N`: producers write in transactions of N ms.
     pub transaction_ms: Option<u64>,
+    /// `--cpus`: CPUs the runtime's worker threads are pinned to, in turn.
+    pub cpus: Vec<usize>,
 }
 
 impl RunFlags {
@@ -330,6 +332,11 @@ impl RunFlags {
             consumer_groups: self.consumer_groups.or(fallback.consumer_groups),
             idempotence: self.idempotence.or(fallback.idempotence),
             transaction_ms: self.transaction_ms.or(fallback.transaction_ms),
+            cpus: if self.cpus.is_empty() {
+                fallback.cpus
+            } else {
+                self.cpus
+            },
         }
     }
 }
@@ -370,6 +377,7 @@ fn defaults() -> RunFlags {
         consumer_groups: Some(1),
         idempotence: Some(true),
         transaction_ms: Some(0),
+        cpus: Vec::new(),
     }
 }
 
@@ -449,6 +457,11 @@ pub struct RunConfig {
     /// else TRANSACTION_MS_MIN..=TRANSACTION_MS_MAX, with idempotence and
     /// acks=all.
     pub transaction_ms: u64,
+    /// CPUs the load generator's runtime worker threads are pinned to, one
+    /// each in turn (CPU numbers as the kernel counts them, each at most
+    /// `pinning::CPU_ID_MAX` and in the process's affinity mask); empty:
+    /// the scheduler places them.
+    pub cpus: Vec<usize>,
 }
 
 fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
@@ -493,6 +506,7 @@ impl RunConfig {
             consumer_group_count: f.consumer_groups.expect("defaulted"),
             idempotent: f.idempotence.expect("defaulted") && f.acks != Some(Acks::None),
             transaction_ms: f.transaction_ms.expect("defaulted"),
+            cpus: f.cpus,
         };
         config.validate()?;
         Ok(config)
@@ -682,6 +696,7 @@ impl RunConfig {
             keys: self.keys.to_string(),
             payload: self.payload.to_string(),
             seed: self.seed,
+            loadgen_cpus: self.cpus.clone(),
         }
     }
 }

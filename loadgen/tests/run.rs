@@ -76,16 +76,26 @@ fn metric_sum(text: &str, name: &str, labels: &str) -> u64 {
 
 #[test]
 fn short_verified_run_writes_a_report() {
+    let cpu = *loadgen::pinning::allowed_cpus().last().unwrap();
     let Run {
         stdout,
         result,
         report_files,
-    } = run_on_own_broker(concat!(
-        "--topic lg --partitions 4 --rate 20000 --duration 2s --warmup 1s ",
-        "--producers 2 --consumers 2 --keys uniform:100 --payload json ",
-        "--compression zstd --verify --seed 7",
+    } = run_on_own_broker(&format!(
+        "{}{}",
+        concat!(
+            "--topic lg --partitions 4 --rate 20000 --duration 2s --warmup 1s ",
+            "--producers 2 --consumers 2 --keys uniform:100 --payload json ",
+            "--compression zstd --verify --seed 7 --cpus ",
+        ),
+        cpu
     ));
     assert!(stdout.contains("verdict: clean"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("worker 0 on CPU {cpu}, worker 1 on CPU {cpu}")),
+        "{stdout}"
+    );
+    assert_eq!(result["loadgenCpus"], serde_json::json!([cpu]));
     assert!(
         stdout.lines().filter(|l| l.starts_with('[')).count() >= 2,
         "progress lines: {stdout}"
@@ -104,6 +114,21 @@ fn short_verified_run_writes_a_report() {
     assert_eq!(result["ackedMessages"].as_u64().unwrap(), published);
     assert_eq!(result["errors"].as_u64().unwrap(), 0);
     assert!(result["aggregatedEndToEndLatency99pct"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_cpu_outside_the_affinity_mask_is_refused_before_anything_runs() {
+    let output = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+        .args(["run", "--bootstrap", "127.0.0.1:1", "--cpus"])
+        .arg(loadgen::pinning::CPU_ID_MAX.to_string())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("not in this process's affinity mask"),
+        "{stderr}"
+    );
 }
 
 #[test]
