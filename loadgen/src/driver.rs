@@ -33,9 +33,7 @@ use bytes::{Bytes, BytesMut};
 use client::messages::{self, FetchEntry, ProduceEntry};
 use client::{Admin, ClientConfig, Cluster, Connection, IsolationLevel};
 use protocol::record_batch::{seal_crc, stamp_producer};
-use protocol::{
-    ApiKey, BatchBuilder, ErrorCode, ProducerEpoch, ProducerId, Record, RecordBatch, Sequence,
-};
+use protocol::{ApiKey, BatchBuilder, ErrorCode, ProducerEpoch, ProducerId, RecordBatch, Sequence};
 use tokio::sync::mpsc;
 
 use crate::consume::{
@@ -809,7 +807,6 @@ struct ProducerWorker {
     queues: Vec<PartitionQueue>,
     buffered_bytes: usize,
     sticky_partition: u32,
-    value: Vec<u8>,
     key: Vec<u8>,
     /// Wall-clock microseconds at the monotonic clock's origin.
     wall_origin_us: u64,
@@ -869,7 +866,6 @@ impl ProducerWorker {
             keys,
             queues: (0..partitions).map(|_| PartitionQueue::new()).collect(),
             buffered_bytes: 0,
-            value: Vec::new(),
             key: Vec::new(),
             wall_origin_us,
             identity: None,
@@ -1119,13 +1115,7 @@ impl ProducerWorker {
         let value_id = ValueId::new(self.index, message_index);
         // Wall time derived from the monotonic reading: one clock read per record.
         let send_wall_us = self.wall_origin_us + send_ns / 1_000;
-        self.payload.write_payload(
-            PayloadHeader {
-                value_id,
-                send_time_us: send_wall_us,
-            },
-            &mut self.value,
-        );
+        let value_bytes = self.payload.size_bytes();
         let key_index = self.keys.next_key_index();
         let partitions = self.config().partitions;
         let partition = match key_index {
@@ -1143,7 +1133,7 @@ impl ProducerWorker {
         let batch_bytes = self.config().batch_bytes as usize;
         // A batch is sealed once it reaches `batch_bytes`, so it ends at most
         // one record past it.
-        let record_bytes_max = self.value.len() + self.key.len() + RECORD_OVERHEAD_BYTES_MAX;
+        let record_bytes_max = value_bytes + self.key.len() + RECORD_OVERHEAD_BYTES_MAX;
         let transactional = self.txn.is_some();
         let queue = &mut self.queues[partition];
         let reserve_bytes = (queue.last_batch_bytes + queue.last_batch_bytes / 4).min(batch_bytes)
@@ -1156,18 +1146,27 @@ impl ProducerWorker {
             sends: Vec::new(),
             buffered_bytes: 0,
         });
-        let record = Record {
-            timestamp_ms: (send_wall_us / 1000) as i64,
-            key: key_index.map(|_| self.key.as_slice()),
-            value: Some(&self.value),
-            headers: &[],
-        };
-        let size = batch.builder.record_size_bytes(&record);
-        batch.builder.push(&record);
+        // The value is stamped where it lies in the batch: no copy of it
+        // is made anywhere else first.
+        let payload = &mut self.payload;
+        let size = batch.builder.push_written(
+            (send_wall_us / 1000) as i64,
+            key_index.map(|_| self.key.as_slice()),
+            value_bytes,
+            |out| {
+                payload.append_payload(
+                    PayloadHeader {
+                        value_id,
+                        send_time_us: send_wall_us,
+                    },
+                    out,
+                )
+            },
+        );
         batch.sends.push((send_ns, value_id));
         batch.buffered_bytes += size;
         self.buffered_bytes += size;
-        stats.record_send(self.value.len() as u64, publish_delay_ns);
+        stats.record_send(value_bytes as u64, publish_delay_ns);
         if batch.builder.size_bytes_uncompressed() >= batch_bytes {
             self.seal(partition);
             if key_index.is_none() {

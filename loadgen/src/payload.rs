@@ -199,18 +199,19 @@ impl PayloadGenerator {
         self.size_bytes
     }
 
-    /// Replaces `out` with a stamped value, reusing its allocation.
-    pub fn write_payload(&mut self, header: PayloadHeader, out: &mut Vec<u8>) {
+    /// Appends a stamped value of `size_bytes` to `out`, where it will stay
+    /// (a record batch being built).
+    pub fn append_payload(&mut self, header: PayloadHeader, out: &mut Vec<u8>) {
         let body = &self.pool[self.rng.usize(0..self.pool.len())];
-        out.clear();
+        let start = out.len();
         out.extend_from_slice(body);
-        stamp_header(self.kind, out, header);
+        stamp_header(self.kind, &mut out[start..], header);
     }
 
     /// A freshly allocated stamped value.
     pub fn next_payload(&mut self, header: PayloadHeader) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.size_bytes);
-        self.write_payload(header, &mut out);
+        self.append_payload(header, &mut out);
         out
     }
 }
@@ -364,6 +365,20 @@ mod tests {
                     prop_assert!(parsed["lg"].as_str().unwrap().len() == 32);
                 }
             }
+        }
+    }
+
+    // A value appended behind other bytes is stamped where it lands and
+    // leaves the bytes before it alone.
+    #[test]
+    fn an_appended_value_is_stamped_in_place() {
+        for kind in [PayloadKind::Random, PayloadKind::Json] {
+            let mut generator = PayloadGenerator::new(kind, 500, 3).unwrap();
+            let mut out = b"prefix".to_vec();
+            generator.append_payload(header(5), &mut out);
+            assert_eq!(out.len(), 6 + 500);
+            assert_eq!(&out[..6], b"prefix");
+            assert_eq!(decode_header(kind, &out[6..]).unwrap(), header(5));
         }
     }
 

@@ -718,6 +718,62 @@ impl BatchBuilder {
         self.record_count += 1;
     }
 
+    /// `push` of a record without headers whose value is written straight
+    /// into the batch, so a producer that makes values (a load generator
+    /// stamping a payload) does not first make them somewhere else and then
+    /// copy them in. `write_value` must append exactly `value_len` bytes to
+    /// the vector it is handed. Returns the record's encoded size, as
+    /// `record_size_bytes` would have.
+    pub fn push_written(
+        &mut self,
+        timestamp_ms: i64,
+        key: Option<&[u8]>,
+        value_len: usize,
+        write_value: impl FnOnce(&mut Vec<u8>),
+    ) -> usize {
+        assert!(self.record_count < i32::MAX, "record count bound");
+        let value_len_field = i32::try_from(value_len).expect("field under 2 GiB");
+        if self.record_count == 0 {
+            self.base_timestamp_ms = timestamp_ms;
+        }
+        let offset_delta = self.record_count;
+        // Sized as an empty value, then the value's length field and bytes
+        // put in its place.
+        let shape = Record {
+            timestamp_ms,
+            key,
+            value: Some(&[]),
+            headers: &[],
+        };
+        let timestamp_delta = self.timestamp_delta(&shape);
+        let body = record_body_bytes(&shape, timestamp_delta, offset_delta) - varint_len(0)
+            + varint_len(value_len_field)
+            + value_len;
+        let before = self.records.len();
+        put_varint(
+            &mut self.records,
+            i32::try_from(body).expect("record under 2 GiB"),
+        );
+        self.records.push(0);
+        put_varlong(&mut self.records, timestamp_delta);
+        put_varint(&mut self.records, offset_delta);
+        put_nullable(&mut self.records, key);
+        put_varint(&mut self.records, value_len_field);
+        let value_start = self.records.len();
+        write_value(&mut self.records);
+        assert_eq!(
+            self.records.len() - value_start,
+            value_len,
+            "a written value has its declared length"
+        );
+        put_varint(&mut self.records, 0);
+        let size = self.records.len() - before;
+        debug_assert_eq!(size, varint_len(body as i32) + body);
+        self.max_timestamp_ms = self.max_timestamp_ms.max(timestamp_ms);
+        self.record_count += 1;
+        size
+    }
+
     /// Encodes the batch. Fails for an empty batch, a compressor error, or a
     /// batch over 2 GiB.
     pub fn build(self) -> Result<Vec<u8>, BatchError> {

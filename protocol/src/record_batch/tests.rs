@@ -67,6 +67,34 @@ fn build_with_capacity(
 
 proptest! {
     #[test]
+    fn a_value_written_in_place_makes_the_same_bytes_as_a_pushed_one(
+        records in proptest::collection::vec(record_strategy(), 1..20),
+        zstd in any::<bool>(),
+    ) {
+        let compression = if zstd { Compression::Zstd } else { Compression::None };
+        let records: Vec<OwnedRecord> = records
+            .into_iter()
+            .map(|r| OwnedRecord { value: Some(r.value.unwrap_or_default()), headers: Vec::new(), ..r })
+            .collect();
+        let mut builder = BatchBuilder::new(compression)
+            .producer(ProducerId(7), ProducerEpoch(1), Sequence(42));
+        for r in &records {
+            let value = r.value.as_deref().expect("every value present");
+            let expected_size = builder.record_size_bytes(&Record {
+                timestamp_ms: r.timestamp_ms,
+                key: r.key.as_deref(),
+                value: Some(value),
+                headers: &[],
+            });
+            let size = builder.push_written(r.timestamp_ms, r.key.as_deref(), value.len(), |out| {
+                out.extend_from_slice(value)
+            });
+            prop_assert_eq!(size, expected_size);
+        }
+        prop_assert_eq!(builder.build().expect("non-empty batch builds"), build(&records, compression));
+    }
+
+    #[test]
     fn reserved_capacity_changes_no_byte(
         records in proptest::collection::vec(record_strategy(), 1..20),
         zstd in any::<bool>(),
@@ -284,6 +312,13 @@ fn header_checks_reject_bad_fields() {
 }
 
 /// The layout matches Kafka's v2 format byte for byte for a known batch.
+#[test]
+#[should_panic(expected = "a written value has its declared length")]
+fn a_value_written_short_of_its_declared_length_is_a_bug() {
+    let mut builder = BatchBuilder::new(Compression::None);
+    builder.push_written(0, None, 4, |out| out.extend_from_slice(b"abc"));
+}
+
 #[test]
 fn known_layout() {
     let mut builder = BatchBuilder::new(Compression::None);
