@@ -4,13 +4,13 @@
 # perf (DWARF call graphs, so the release build needs no frame pointers;
 # system-wide, so io_uring's kernel worker threads count with the broker they
 # work for), and renders one SVG per process with inferno:
-#   OUT/SCENARIO-broker.svg, OUT/SCENARIO-loadgen.svg
-# with their folded stacks (OUT/SCENARIO-*.folded, one line per stack), and
-# OUT/SCENARIO-summary.txt (the run's latency table and CPU line, and the
+#   OUT/LABEL-broker.svg, OUT/LABEL-loadgen.svg
+# with their folded stacks (OUT/LABEL-*.folded, one line per stack), and
+# OUT/LABEL-summary.txt (the run's latency table and CPU line, and the
 # perf command line).
 #
 # Environment: SCENARIO (default 1m-500b), LOADGEN_ARGS (extra flags for
-# ringlog-loadgen run), RECORD_S (seconds sampled, default 6, taken after the
+# ringlog-loadgen run), LABEL (names the files; default SCENARIO), RECORD_S (seconds sampled, default 6, taken after the
 # warmup), PERF_HZ (samples a second per CPU, default 199), OUT (default
 # target/flamegraphs), RINGLOG_PORT (default 9592).
 # Needs root or kernel.perf_event_paranoid <= -1 for system-wide samples.
@@ -18,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scenario="${SCENARIO:-1m-500b}"
+label="${LABEL:-$scenario}"
 record_s="${RECORD_S:-6}"
 hz="${PERF_HZ:-199}"
 out="${OUT:-target/flamegraphs}"
@@ -71,12 +72,12 @@ loadgen=""
 
 render() { # name pid
     perf script -i "$work/perf.data" --pid "$2" 2>/dev/null \
-        | "$tools/bin/inferno-collapse-perf" --all > "$out/$scenario-$1.folded"
+        | "$tools/bin/inferno-collapse-perf" --all > "$out/$label-$1.folded"
     # Frames under a pixel wide are left out: the picture stays readable
     # and small enough to keep beside the numbers.
     "$tools/bin/inferno-flamegraph" --title "$scenario: $1 ($record_s s at $hz Hz per CPU)" \
-        --width 1600 --minwidth 1 < "$out/$scenario-$1.folded" > "$out/$scenario-$1.svg"
-    echo "wrote $out/$scenario-$1.svg (stacks in $out/$scenario-$1.folded)"
+        --width 1600 --minwidth 1 < "$out/$label-$1.folded" > "$out/$label-$1.svg"
+    echo "wrote $out/$label-$1.svg (stacks in $out/$label-$1.folded)"
 }
 render broker "$broker"
 render loadgen "$loadgen_pid"
@@ -86,4 +87,4 @@ render loadgen "$loadgen_pid"
     echo "${perf_cmd[*]}"
     grep -E "^(latency|publish-|end-to-end)|^published|^cpu over|^load generator threads" "$work/loadgen.log"
     echo "broker shards pinned to CPUs $(grep -o 'shard_cpus=\[[^]]*\]' "$work/broker.log" | head -1 | cut -d= -f2)"
-} | tee "$out/$scenario-summary.txt"
+} | tee "$out/$label-summary.txt"
