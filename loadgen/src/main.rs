@@ -545,7 +545,7 @@ fn describe_pinning(cpus: &[usize], threads: usize) -> String {
         );
     }
     let each: Vec<String> = (0..threads)
-        .map(|i| format!("worker {i} on CPU {}", cpus[i % cpus.len()]))
+        .filter_map(|i| pinning::worker_cpu(cpus, i).map(|cpu| format!("worker {i} on CPU {cpu}")))
         .collect();
     each.join(", ")
 }

@@ -69,6 +69,12 @@ pub fn check_allowed(cpus: &[usize], allowed: &[usize]) -> Result<(), CpusError>
     }
 }
 
+/// The CPU worker `index` is pinned to: the list in turn. The hook below
+/// and the run's report both ask here, so they cannot disagree.
+pub fn worker_cpu(cpus: &[usize], index: usize) -> Option<usize> {
+    (!cpus.is_empty()).then(|| cpus[index % cpus.len()])
+}
+
 /// A hook for the runtime's thread start: the first `workers` threads to
 /// start (the runtime's workers, which it starts when it is built) are
 /// pinned to `cpus` in turn; later threads (blocking helpers) are left to
@@ -76,12 +82,8 @@ pub fn check_allowed(cpus: &[usize], allowed: &[usize]) -> Result<(), CpusError>
 pub fn pin_workers(cpus: Vec<usize>, workers: usize) -> impl Fn() + Send + Sync + 'static {
     let started = Arc::new(AtomicUsize::new(0));
     move || {
-        if cpus.is_empty() {
-            return;
-        }
         let index = started.fetch_add(1, Ordering::Relaxed);
-        if index < workers {
-            let id = cpus[index % cpus.len()];
+        if let Some(id) = worker_cpu(&cpus, index).filter(|_| index < workers) {
             // Checked against the mask before the runtime starts; a refusal
             // now (the mask changed under the process) leaves the thread
             // where the scheduler puts it, which the report then overstates.
