@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use broker::clock::ManualClock;
+use broker::log::segment::{segment_path, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use broker::log::verify::{verify_partition_dir, VerifyOptions};
 use broker::log::{LogConfig, LogError};
 use protocol::{LeaderEpoch, Offset, RecordBatch};
@@ -238,7 +239,7 @@ fn damaged_and_missing_indexes_are_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
     build_log(dir.path());
     let files = segment_files(dir.path());
-    let index = files[0].with_extension("index");
+    let index = files[0].with_extension(INDEX_SUFFIX);
     let len = std::fs::metadata(&index).unwrap().len();
     std::fs::OpenOptions::new()
         .write(true)
@@ -246,8 +247,8 @@ fn damaged_and_missing_indexes_are_rebuilt() {
         .unwrap()
         .set_len(len - 3)
         .unwrap();
-    std::fs::remove_file(files[1].with_extension("index")).unwrap();
-    std::fs::remove_file(files[1].with_extension("timeindex")).unwrap();
+    std::fs::remove_file(files[1].with_extension(INDEX_SUFFIX)).unwrap();
+    std::fs::remove_file(files[1].with_extension(TIME_INDEX_SUFFIX)).unwrap();
     let report = verify(dir.path());
     assert_eq!(
         report.first_problem().map(|p| p.file.clone()),
@@ -277,7 +278,7 @@ fn index_entry_pointing_mid_batch_is_detected() {
     let dir = tempfile::tempdir().unwrap();
     build_log(dir.path());
     let files = segment_files(dir.path());
-    let index = files[0].with_extension("index");
+    let index = files[0].with_extension(INDEX_SUFFIX);
     let mut bytes = std::fs::read(&index).unwrap();
     // Second entry's position (header 8 bytes, entry 8 bytes: offset then position).
     let at = 8 + 8 + 4;
@@ -417,7 +418,7 @@ fn a_log_unchanged_since_a_clean_open_closes_without_rewriting_its_files() {
     ] {
         assert!(touched.contains(&name), "{name} in {touched:?}");
     }
-    for suffix in ["log", "index", "timeindex"] {
+    for suffix in ["log", INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
         assert!(
             touched.iter().any(|n| n.ends_with(&format!(".{suffix}"))),
             "{suffix} in {touched:?}"
@@ -489,4 +490,112 @@ fn a_new_empty_log_closes_without_writing_and_reopens_trusted() {
         reopen_close(&dir, &clock, Offset(RECORDS as i64), async |_| {}),
         stored
     );
+}
+
+/// A roll's finish (padding cut, index files, recovery point, producer
+/// snapshot) is maintenance's work, not the acknowledgement path's: records
+/// of the next segment are acknowledged, synced, while the rolled one still
+/// ends in alignment padding. A crash right then keeps every one of them, and
+/// the directory verifies clean after the restart.
+#[test]
+fn records_after_a_roll_are_acknowledged_before_the_rolled_segment_is_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Rc::new(ManualClock::new(1_000));
+    let always = LogConfig {
+        flush_policy: broker::log::FlushPolicy::Always,
+        ..config()
+    };
+    let acked_end = run(async {
+        let log = open(dir.path(), always.clone(), &clock).await;
+        let mut tag = 0;
+        let mut append = async || {
+            tag += 1;
+            let info = log
+                .append(&batch(tag, RECORDS, 1_000, 150), LeaderEpoch(1))
+                .await
+                .unwrap();
+            log.wait_for_ack(info.log_end_offset).await.unwrap();
+            info.log_end_offset
+        };
+        while log.segment_count() < 2 {
+            append().await;
+        }
+        let end = append().await;
+        let bases = log.segment_bases();
+        assert!(
+            !segment_path(dir.path(), bases[0], INDEX_SUFFIX).exists(),
+            "the rolled segment was finished before the next one's records were acknowledged"
+        );
+        assert!(log.recovery_point() <= bases[0]);
+        drop(log);
+        end
+    });
+    let files = segment_files(dir.path());
+    assert_eq!(files.len(), 2);
+    let rolled = &files[0];
+    let data_bytes = {
+        let positions = batch_positions_within(rolled);
+        positions.last().copied().unwrap()
+    };
+    let file_bytes = std::fs::metadata(rolled).unwrap().len();
+    assert!(
+        file_bytes > data_bytes,
+        "the rolled segment still ends in padding ({file_bytes} bytes, {data_bytes} of data)"
+    );
+    simulate_crash(dir.path());
+
+    let (start, end, bases) = reopen_and_read(dir.path());
+    assert_eq!((start, end), (Offset(0), acked_end));
+    assert_eq!(bases, all_bases_below(acked_end.0));
+    assert_eq!(std::fs::metadata(rolled).unwrap().len(), data_bytes);
+    let report = verify(dir.path());
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert!(
+        report.missing_indexes.is_empty(),
+        "{:?}",
+        report.missing_indexes
+    );
+}
+
+/// Maintenance finishes a rolled segment: its padding is cut, its index
+/// files are written and the recovery point passes it.
+#[test]
+fn maintenance_finishes_a_rolled_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Rc::new(ManualClock::new(1_000));
+    run(async {
+        let log = open(dir.path(), config(), &clock).await;
+        let mut tag = 0;
+        while log.segment_count() < 2 {
+            tag += 1;
+            let info = log
+                .append(&batch(tag, RECORDS, 1_000, 150), LeaderEpoch(1))
+                .await
+                .unwrap();
+            log.wait_for_ack(info.log_end_offset).await.unwrap();
+        }
+        let bases = log.segment_bases();
+        assert!(log.maintenance_due(1_000));
+        log.maintain().await.unwrap();
+        assert!(segment_path(dir.path(), bases[0], INDEX_SUFFIX).exists());
+        assert!(segment_path(dir.path(), bases[0], TIME_INDEX_SUFFIX).exists());
+        assert!(log.recovery_point() >= bases[1]);
+        let rolled = segment_path(dir.path(), bases[0], LOG_SUFFIX);
+        let data_bytes = batch_positions_within(&rolled).last().copied().unwrap();
+        assert_eq!(std::fs::metadata(&rolled).unwrap().len(), data_bytes);
+        log.close().await.unwrap();
+    });
+}
+
+/// End positions of the whole batches at the start of a segment file,
+/// stopping at the first bytes that are not one (padding).
+fn batch_positions_within(path: &Path) -> Vec<u64> {
+    let bytes = std::fs::read(path).unwrap();
+    let mut ends = vec![0];
+    let mut at = 0;
+    while let Ok((_, used)) = RecordBatch::parse_prefix(&bytes[at..], 1 << 20) {
+        at += used;
+        ends.push(at as u64);
+    }
+    ends
 }

@@ -119,6 +119,22 @@ pub(super) async fn recover(
                 rebuilt
             }
         };
+        let mut rebuilt = rebuilt;
+        if let Some((position, _)) = &rebuilt.corruption {
+            if next_base == Some(rebuilt.segment.next_offset) {
+                // A rolled segment not finished before the crash: its valid
+                // batches reach the next segment's base, and what follows
+                // them (the alignment padding its finish would have cut) can
+                // hold nothing of the log. Cut it and go on.
+                tracing::info!(file = %path.display(), position, "cutting the padding of a rolled segment never finished");
+                file.truncate(*position)
+                    .await
+                    .map_err(|e| LogError::io(&path, e))?;
+                file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
+                write_index_files(dir, &rebuilt.segment).await?;
+                rebuilt.corruption = None;
+            }
+        }
         let corrupted = rebuilt.corruption.is_some();
         if let Some((position, reason)) = &rebuilt.corruption {
             tracing::warn!(file = %path.display(), position, reason = %reason, "truncating the log at the first invalid byte");

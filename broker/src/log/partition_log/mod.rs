@@ -3,8 +3,10 @@
 //! executor only; it knows nothing of the network.
 //!
 //! Appends are synchronous in-memory steps (validate, stamp, stage in the tail,
-//! index) so offsets are assigned atomically; all file writes, syncs and file
-//! removals run under `io_gate`, one at a time, in segment order.
+//! index) so offsets are assigned atomically; all writes of appended bytes and
+//! the syncs acknowledgements wait for run under `io_gate`, one at a time, in
+//! segment order. Finishing a rolled segment (trim, index files, recovery
+//! point, producer snapshot) runs under `segments_gate` alone, beside them.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -860,9 +862,12 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Writes and syncs everything appended so far.
+    /// Writes and syncs everything appended so far and finishes every rolled
+    /// segment, as [`maintain`](Self::maintain) would later.
     pub async fn flush(&self) -> LogResult<()> {
-        self.flush_to(self.log_end_offset()).await
+        self.flush_to(self.log_end_offset()).await?;
+        let _segments = self.segments_gate.enter().await;
+        self.finish_rolled().await
     }
 
     /// Whether `maintain` has anything to do at `now_ms` beyond forgetting
@@ -908,25 +913,32 @@ impl PartitionLog {
         // A log closed by its owner has nothing left here: everything is
         // written, synced and checkpointed. One closed by a failed compaction
         // swap still syncs what it wrote and acknowledged before.
-        let _gate = self.io_gate.enter().await;
-        let unsynced = self.durable.get() < self.log_end_offset().0;
-        let policy = self.config.borrow().flush_policy;
-        match policy {
-            // Nothing new since the last sync: an idle log costs no sync.
-            FlushPolicy::IntervalMs(ms) if unsynced && now_ms - last_sync_ms >= ms as i64 => {
-                self.write_out(true).await?
+        {
+            let _gate = self.io_gate.enter().await;
+            let unsynced = self.durable.get() < self.log_end_offset().0;
+            let policy = self.config.borrow().flush_policy;
+            match policy {
+                // Nothing new since the last sync: an idle log costs no sync.
+                FlushPolicy::IntervalMs(ms) if unsynced && now_ms - last_sync_ms >= ms as i64 => {
+                    self.write_out(true).await?
+                }
+                // Under `always`, records nobody waited for (acks=0, a
+                // follower's) are synced here, promptly, like everything else.
+                FlushPolicy::Always if unsynced => self.write_out(true).await?,
+                _ if has_unwritten => self.write_out(false).await?,
+                _ => {}
             }
-            // Under `always`, records nobody waited for (acks=0, a follower's)
-            // are synced here, promptly, like everything else.
-            FlushPolicy::Always if unsynced => self.write_out(true).await?,
-            _ if has_unwritten => self.write_out(false).await?,
-            _ => {}
+            self.expire_producers(now_ms);
         }
-        self.expire_producers(now_ms);
+        // Outside the I/O gate: a rolled segment's syncs and index files
+        // never hold up the writes and syncs acknowledgements wait for.
+        let _segments = self.segments_gate.enter().await;
+        self.finish_rolled().await?;
         let due =
             now_ms - self.state.borrow().recovery_point_written_ms >= RECOVERY_POINT_CHECKPOINT_MS;
-        if due && self.durable_offset() > self.recovery_point() {
-            self.persist_recovery_point(self.durable_offset()).await?;
+        let point = self.checkpointable_offset();
+        if due && point > self.recovery_point() {
+            self.persist_recovery_point(point).await?;
         }
         Ok(())
     }
@@ -986,15 +998,20 @@ impl PartitionLog {
         Ok(file)
     }
 
-    /// Carries staged bytes of every segment to its file in order, finishes
-    /// rolled segments, and with `sync` makes everything appended before the
-    /// call durable. Callers hold `io_gate`.
+    /// Carries staged bytes of every segment to its file in order, and with
+    /// `sync` makes everything appended before the call durable. Callers hold
+    /// `io_gate`.
     ///
     /// Appends run at every await here, and one of them may roll the segment
     /// being written: its last partial chunk is then sealed after this call
     /// looked at the tail. A closing segment is therefore written to the very
-    /// end of its tail before it is finished, never only up to where it ended
-    /// when the call began.
+    /// end of its tail before anything after it counts as written, never only
+    /// up to where it ended when the call began.
+    ///
+    /// A rolled segment is only written here, not finished: its trim, index
+    /// files, recovery point and producer snapshot are
+    /// [`finish_rolled`](Self::finish_rolled)'s, outside this gate, so a roll
+    /// does not hold up the acknowledgements of the segment after it.
     async fn write_out(&self, sync: bool) -> LogResult<()> {
         assert!(self.io_gate.is_held());
         self.settle_writes().await;
@@ -1005,30 +1022,34 @@ impl PartitionLog {
             let file = self.ensure_file(base).await?;
             let end = {
                 let mut state = self.state.borrow_mut();
-                let tail = state
-                    .segment_mut(base)
-                    .and_then(|s| s.tail.as_mut())
-                    .expect("tail");
+                // Finished meanwhile: every byte of it was written already.
+                let Some(tail) = state.segment_mut(base).and_then(|s| s.tail.as_mut()) else {
+                    continue;
+                };
                 tail.seal_partial();
                 tail.end()
             };
             self.write_waves(base, &file, end).await?;
-            let closing = self
-                .state
-                .borrow_mut()
-                .segment_mut(base)
-                .is_some_and(|s| s.closing);
-            if closing {
-                // Boxed for the same reason: once per segment.
-                Box::pin(self.finish_closing(base, &file)).await?;
-            }
         }
         if target_end.0 > self.written.get() {
             self.written.advance(target_end.0);
         }
         if sync {
-            let file = self.state.borrow().active().file.clone();
-            if let Some(file) = file {
+            // A rolled segment not finished yet may hold unsynced bytes below
+            // the active one's: they are synced first, or a crash could leave
+            // a gap before records this sync vouches for.
+            let files: Vec<DirectFile> = {
+                let state = self.state.borrow();
+                let last = state.segments.len() - 1;
+                state
+                    .segments
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, s)| *i == last || !segment_synced(s))
+                    .filter_map(|(_, s)| s.file.clone())
+                    .collect()
+            };
+            for file in files {
                 file.fdatasync()
                     .await
                     .map_err(|e| LogError::io(&self.dir, e))?;
@@ -1065,17 +1086,15 @@ impl PartitionLog {
         loop {
             let wave = {
                 let state = self.state.borrow();
-                let segment = state
-                    .segments
-                    .iter()
-                    .find(|s| s.base == base)
-                    .expect("segment");
+                // Finished (or truncated away) meanwhile: nothing left to write.
+                let Some(segment) = state.segments.iter().find(|s| s.base == base) else {
+                    return Ok(());
+                };
+                let Some(tail) = segment.tail.as_ref() else {
+                    return Ok(());
+                };
                 let limit = if segment.closing { u64::MAX } else { end };
-                segment
-                    .tail
-                    .as_ref()
-                    .expect("tail")
-                    .write_wave(limit, WRITE_BEHIND_CHUNKS_MAX)
+                tail.write_wave(limit, WRITE_BEHIND_CHUNKS_MAX)
             };
             if wave.is_empty() {
                 return Ok(());
@@ -1132,6 +1151,42 @@ impl PartitionLog {
             .await;
     }
 
+    /// Finishes the rolled segments whose every byte is written, oldest
+    /// first, stopping at one that is not. Callers hold `segments_gate` (and
+    /// may hold `io_gate`): truncation, retention, swaps and close wait, while
+    /// appends' write-outs go on, since they never touch a fully written
+    /// rolled segment's file except to sync it.
+    async fn finish_rolled(&self) -> LogResult<()> {
+        assert!(self.segments_gate.is_held());
+        loop {
+            let next = {
+                let state = self.state.borrow();
+                state
+                    .segments
+                    .iter()
+                    .find(|s| s.closing)
+                    .filter(|s| s.tail.as_ref().is_some_and(|t| t.unwritten_bytes() == 0))
+                    .and_then(|s| Some((s.base, s.file.clone()?)))
+            };
+            let Some((base, file)) = next else {
+                return Ok(());
+            };
+            // Boxed: once per segment, and it would otherwise grow every
+            // maintenance future.
+            Box::pin(self.finish_closing(base, &file)).await?;
+        }
+    }
+
+    /// The highest offset a recovery point may vouch for now: durable, and
+    /// not past a rolled segment still to be finished (its files are not
+    /// final yet, so recovery must scan it).
+    fn checkpointable_offset(&self) -> Offset {
+        let state = self.state.borrow();
+        let unfinished = state.segments.iter().find(|s| s.closing).map(|s| s.base);
+        let durable = Offset(self.durable.get());
+        unfinished.map_or(durable, |base| base.min(durable))
+    }
+
     /// A rolled segment, fully written: sync it, cut the alignment padding, write
     /// its index files, and move the recovery point past it.
     async fn finish_closing(&self, base: Offset, file: &DirectFile) -> LogResult<()> {
@@ -1163,7 +1218,10 @@ impl PartitionLog {
         if next_offset.0 > self.durable.get() {
             self.durable.advance(next_offset.0);
         }
-        self.persist_recovery_point(next_offset).await?;
+        let point = self.checkpointable_offset();
+        if point > self.recovery_point() {
+            self.persist_recovery_point(point).await?;
+        }
         let snapshots: Vec<(Offset, Vec<u8>)> = {
             let mut state = self.state.borrow_mut();
             let (due, later) = std::mem::take(&mut state.pending_snapshots)
@@ -1527,6 +1585,8 @@ impl PartitionLog {
             });
         }
         self.write_out(false).await?;
+        // The cut then meets only finished segments and the active one.
+        self.finish_rolled().await?;
         let index = self.state.borrow().segment_index_for(offset);
         let (base, file, start_position, size_bytes) = {
             let state = self.state.borrow();
@@ -1885,6 +1945,7 @@ impl PartitionLog {
             return Ok(true);
         }
         self.write_out(true).await?;
+        self.finish_rolled().await?;
         let base = self.state.borrow().active().base;
         let file = self.ensure_file(base).await?;
         let end = self.seal_files(base, &file).await?;
