@@ -931,14 +931,22 @@ impl PartitionLog {
             self.expire_producers(now_ms);
         }
         // Outside the I/O gate: a rolled segment's syncs and index files
-        // never hold up the writes and syncs acknowledgements wait for.
+        // never hold up the writes and syncs acknowledgements wait for. The
+        // segments gate is asked for only when there is work under it, so
+        // an idle log's visit never waits behind a compaction swap.
+        let checkpoint_due = || {
+            now_ms - self.state.borrow().recovery_point_written_ms >= RECOVERY_POINT_CHECKPOINT_MS
+                && self.checkpointable_offset() > self.recovery_point()
+        };
+        let rolled = self.state.borrow().segments.iter().any(|s| s.closing);
+        if !rolled && !checkpoint_due() {
+            return Ok(());
+        }
         let _segments = self.segments_gate.enter().await;
         self.finish_rolled().await?;
-        let due =
-            now_ms - self.state.borrow().recovery_point_written_ms >= RECOVERY_POINT_CHECKPOINT_MS;
-        let point = self.checkpointable_offset();
-        if due && point > self.recovery_point() {
-            self.persist_recovery_point(point).await?;
+        if checkpoint_due() {
+            self.persist_recovery_point(self.checkpointable_offset())
+                .await?;
         }
         Ok(())
     }
