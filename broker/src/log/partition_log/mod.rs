@@ -968,6 +968,14 @@ impl PartitionLog {
                     self.dir.display()
                 );
             }
+            if let Some(unfinished) = state.segments.iter().find(|s| s.closing) {
+                assert!(
+                    offset <= unfinished.base,
+                    "recovery point {offset} passes the rolled segment {} of {}, not finished",
+                    unfinished.base,
+                    self.dir.display()
+                );
+            }
         }
         let dir = self.dir.clone();
         runtime::blocking(move || checkpoint::write_recovery_point(&dir, offset))
