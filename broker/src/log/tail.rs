@@ -3,9 +3,16 @@
 //! cache, so these buffers are also where reads of not-yet-written bytes go.
 //!
 //! Chunks are written whole, front to back. Sealing a partly filled chunk
-//! copies its last partial page into the next chunk, so the next write rewrites
-//! that page with the same prefix and more data; writes stay aligned and no
-//! byte is ever written out of order.
+//! copies its last partial page into a chunk of its own, one page long, so the
+//! next write rewrites that page with the same prefix and more data; writes
+//! stay aligned and no byte is ever written out of order.
+//!
+//! That page is a chunk of its own because it is already on disk and the
+//! pages after it are not: a write covering both is neither a pure overwrite
+//! nor a pure write into allocated space, and ext4 completes such a direct
+//! write only on a kernel worker thread, where each of the two kinds alone
+//! completes inline (the log allocates a segment's space ahead of its
+//! writes, `PartitionLog::preallocate_for`).
 //!
 //! A chunk is sized by what its log appends between writes, up to
 //! `chunk_bytes`: a group commit seals the open chunk each round, and a
@@ -52,6 +59,9 @@ pub struct Tail {
     open_len: usize,
     /// Leading bytes of `open` already sealed (the copied partial page).
     open_sealed_len: usize,
+    /// While `open` is a carried page alone: the size of the chunk to open
+    /// once that page fills.
+    planned_capacity: Option<usize>,
     sealed: VecDeque<SealedChunk>,
 }
 
@@ -63,7 +73,12 @@ impl Tail {
         let open_start = align_down(file_bytes);
         assert_eq!(partial_page.len() as u64, file_bytes - open_start);
         assert!(chunk_bytes as u64 >= ALIGN && (chunk_bytes as u64).is_multiple_of(ALIGN));
-        let open_capacity = chunk_bytes.min(OPEN_CHUNK_BYTES_MIN);
+        let first_capacity = chunk_bytes.min(OPEN_CHUNK_BYTES_MIN);
+        let (open_capacity, planned_capacity) = if partial_page.is_empty() {
+            (first_capacity, None)
+        } else {
+            (ALIGN as usize, Some(first_capacity))
+        };
         let mut open = AlignedBuffer::new(open_capacity);
         open.as_mut_slice()[..partial_page.len()].copy_from_slice(partial_page);
         Tail {
@@ -73,6 +88,7 @@ impl Tail {
             open_start,
             open_len: partial_page.len(),
             open_sealed_len: partial_page.len(),
+            planned_capacity,
             sealed: VecDeque::new(),
         }
     }
@@ -111,10 +127,14 @@ impl Tail {
     }
 
     /// A filled chunk: the log appends faster than it writes, so the next
-    /// one is twice the size, up to `chunk_bytes`.
+    /// one is twice the size, up to `chunk_bytes`; after a filled carried
+    /// page, the size planned when it was carried.
     fn seal_full(&mut self) {
         let full_len = self.open_capacity;
-        self.open_capacity = (full_len * 2).min(self.chunk_bytes);
+        self.open_capacity = self
+            .planned_capacity
+            .take()
+            .unwrap_or((full_len * 2).min(self.chunk_bytes));
         let next = AlignedBuffer::new(self.open_capacity);
         let full = std::mem::replace(&mut self.open, next);
         self.sealed.push_back(SealedChunk {
@@ -141,7 +161,7 @@ impl Tail {
         // chunk per write gets the largest: a round that outgrows its chunk
         // costs a second write, and busy logs are few.
         let wanted = carry + 4 * (self.open_len - self.open_sealed_len);
-        self.open_capacity = if wanted >= self.chunk_bytes / 4 {
+        let capacity = if wanted >= self.chunk_bytes / 4 {
             self.chunk_bytes
         } else {
             wanted
@@ -149,6 +169,13 @@ impl Tail {
                 .max(OPEN_CHUNK_BYTES_MIN)
                 .min(self.chunk_bytes)
         };
+        if carry == 0 {
+            self.open_capacity = capacity;
+            self.planned_capacity = None;
+        } else {
+            self.open_capacity = ALIGN as usize;
+            self.planned_capacity = Some(capacity);
+        }
         let mut next = AlignedBuffer::new(self.open_capacity);
         next.as_mut_slice()[..carry].copy_from_slice(&self.open[carry_from..self.open_len]);
         let mut current = std::mem::replace(&mut self.open, next);
@@ -228,6 +255,9 @@ mod tests {
 
     /// Writes every sealed chunk (all of them, in order) into `file`, as the
     /// log's write-out does, and checks each write is aligned.
+    ///
+    /// Also checks that a write covers pages already written or pages never
+    /// written, never both (`file` holds exactly the pages written so far).
     fn write_all(tail: &mut Tail, file: &mut Vec<u8>) -> Vec<usize> {
         let mut sizes = Vec::new();
         while let Some(chunk) = tail.front_sealed() {
@@ -235,6 +265,11 @@ mod tests {
             assert_eq!(chunk.buffer.len() as u64 % ALIGN, 0, "writes end on a page");
             let start = chunk.start as usize;
             let end = start + chunk.buffer.len();
+            assert!(
+                end <= file.len() || start >= file.len(),
+                "a write of [{start}, {end}) covers written pages and new ones (file ends at {})",
+                file.len()
+            );
             if file.len() < end {
                 file.resize(end, 0);
             }
@@ -325,7 +360,9 @@ mod tests {
                 let chunk_bytes = chunk_pages * ALIGN as usize;
                 let model: Vec<u8> = (0..existing).map(|i| (i % 251) as u8).collect();
                 let partial = align_down(existing as u64) as usize;
+                // As on disk: the last partial page is a whole written page.
                 let mut file = model.clone();
+                file.resize(align_up(existing as u64) as usize, 0);
                 let mut model = model;
                 let mut tail = Tail::new(chunk_bytes, existing as u64, &model[partial..]);
                 let mut counter = 0u8;
