@@ -256,6 +256,11 @@ impl ShardMetrics {
                 log.rescanned_segments,
             ),
             ("ringlog_log_data_syncs_total", log.data_syncs),
+            ("ringlog_log_preallocations_total", log.preallocations),
+            (
+                "ringlog_log_preallocations_refused_total",
+                log.preallocations_refused,
+            ),
             ("ringlog_fetch_waiters", self.fetch_waiters.get()),
             ("ringlog_cleaner_passes_total", self.cleaner_passes.get()),
             (

@@ -599,3 +599,76 @@ fn batch_positions_within(path: &Path) -> Vec<u64> {
     }
     ends
 }
+
+/// The active segment's file is extended with allocated space ahead of its
+/// writes, so it reads as zeros past the data. A crash leaves that space:
+/// the restart cuts it after the last whole batch and keeps every
+/// acknowledged record; a clean close trims it, and the next open trusts
+/// the file as it is.
+#[test]
+fn space_allocated_ahead_of_the_writes_is_cut_after_a_crash_and_trimmed_at_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Rc::new(ManualClock::new(1_000));
+    let big = LogConfig {
+        flush_policy: broker::log::FlushPolicy::Always,
+        segment_size_bytes: 8 << 20,
+        ..small_config()
+    };
+    let batches = 40;
+    let acked_end = run(async {
+        let log = open(dir.path(), big.clone(), &clock).await;
+        let mut end = Offset(0);
+        for tag in 0..batches {
+            let info = log
+                .append(&batch(tag, RECORDS, 1_000, 150), LeaderEpoch(1))
+                .await
+                .unwrap();
+            log.wait_for_ack(info.log_end_offset).await.unwrap();
+            end = info.log_end_offset;
+        }
+        assert!(log.stats().preallocations > 0, "{:?}", log.stats());
+        assert_eq!(log.segment_count(), 1);
+        drop(log);
+        end
+    });
+    let active = segment_path(dir.path(), Offset(0), LOG_SUFFIX);
+    let data_bytes = *batch_positions_within(&active).last().unwrap();
+    let file_bytes = std::fs::metadata(&active).unwrap().len();
+    assert!(
+        file_bytes >= data_bytes + 32 * 1024,
+        "space allocated past the data ({file_bytes} bytes, {data_bytes} of data)"
+    );
+    simulate_crash(dir.path());
+
+    let reopened_end = run(async {
+        let log = open(dir.path(), big.clone(), &clock).await;
+        assert_eq!(log.log_end_offset(), acked_end);
+        let fetched = log.read(Offset(0), 16 << 20, acked_end).await.unwrap();
+        let bases: Vec<i64> = decode(&fetched.bytes).into_iter().map(|(b, _)| b).collect();
+        let expected: Vec<i64> = (0..batches as i64).map(|t| t * RECORDS as i64).collect();
+        assert_eq!(bases, expected);
+        assert_eq!(std::fs::metadata(&active).unwrap().len(), data_bytes);
+        // More appends allocate ahead again; the clean close trims it.
+        let info = log
+            .append(&batch(batches, RECORDS, 1_000, 150), LeaderEpoch(1))
+            .await
+            .unwrap();
+        log.wait_for_ack(info.log_end_offset).await.unwrap();
+        assert!(std::fs::metadata(&active).unwrap().len() > data_bytes + 4096);
+        log.close().await.unwrap();
+        info.log_end_offset
+    });
+    let closed_bytes = std::fs::metadata(&active).unwrap().len();
+    assert_eq!(
+        closed_bytes,
+        *batch_positions_within(&active).last().unwrap()
+    );
+    run(async {
+        let log = open(dir.path(), big.clone(), &clock).await;
+        assert_eq!(log.stats().rescanned_segments, 0, "closed cleanly: trusted");
+        assert_eq!(log.log_end_offset(), reopened_end);
+        log.close().await.unwrap();
+    });
+    let report = verify(dir.path());
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}

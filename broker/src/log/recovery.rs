@@ -324,6 +324,7 @@ async fn load_trusted(
         file: Some(file.clone()),
         tail: None,
         closing: false,
+        allocated_bytes: 0,
     };
     let mut scanner = SegmentScanner::new(
         file.clone(),

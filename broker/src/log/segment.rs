@@ -49,6 +49,10 @@ pub struct Segment {
     pub tail: Option<Tail>,
     /// Rolled, waiting for its last writes, sync and index files.
     pub closing: bool,
+    /// How far this process has extended the file with allocated space
+    /// (`DirectFile::preallocate`) ahead of its writes; 0 when unknown.
+    /// A hint for the write path only: nothing reads the file by it.
+    pub allocated_bytes: u64,
 }
 
 impl Segment {
@@ -71,6 +75,7 @@ impl Segment {
             file: None,
             tail: Some(Tail::new(chunk_bytes, 0, &[])),
             closing: false,
+            allocated_bytes: 0,
         }
     }
 

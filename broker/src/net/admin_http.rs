@@ -39,6 +39,10 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 # TYPE ringlog_log_rescanned_segments_total counter
 # HELP ringlog_log_data_syncs_total fdatasync calls that made appended data durable (a group commit counts once), same replicas.
 # TYPE ringlog_log_data_syncs_total counter
+# HELP ringlog_log_preallocations_total Segment files extended with allocated space ahead of their writes, so the writes complete inline, same replicas.
+# TYPE ringlog_log_preallocations_total counter
+# HELP ringlog_log_preallocations_refused_total Such extensions the file system refused (full disk, no fallocate); the writes then extend the file themselves, same replicas.
+# TYPE ringlog_log_preallocations_refused_total counter
 # HELP ringlog_log_end_offset Log end offset of each partition replica.
 # TYPE ringlog_log_end_offset gauge
 # HELP ringlog_cleaner_passes_total Compaction passes run.

@@ -267,13 +267,27 @@ impl DirectFile {
         }
     }
 
-    /// Allocates disk blocks ahead of appends without changing the file size, so
-    /// later writes do not allocate extents on the hot path.
-    pub async fn preallocate(&self, size_bytes: u64) -> io::Result<()> {
-        if let Backend::Dma(file) = &self.inner {
-            file.pre_allocate(size_bytes, true).await?;
+    /// Extends the file to `size_bytes` with allocated, unwritten blocks
+    /// (`fallocate` mode 0), which read as zeros. `from_bytes` is where the
+    /// caller's data ends: nothing below it changes.
+    ///
+    /// Why: an appending direct write on ext4 must allocate blocks and move
+    /// the file size, which it cannot do without blocking, so io_uring hands
+    /// every such write to a kernel worker thread. A write into space
+    /// already allocated below the file size completes inline. The caller
+    /// trims what it never wrote (a segment's seal, a recovery's cut).
+    pub async fn preallocate(&self, from_bytes: u64, size_bytes: u64) -> io::Result<()> {
+        // The file's size is metadata a sync must carry, like a write's.
+        self.mark_unsynced(from_bytes);
+        match &self.inner {
+            Backend::Dma(file) => Ok(file.pre_allocate(size_bytes, false).await?),
+            Backend::Sim(file) => {
+                if file.size_bytes()? < size_bytes {
+                    file.truncate(size_bytes).await?;
+                }
+                Ok(())
+            }
         }
-        Ok(())
     }
 }
 

@@ -28,10 +28,10 @@ use super::segment::{
     remove_if_exists, segment_path, write_small_file, Segment, INDEX_SUFFIX, LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
 };
-use super::tail::Tail;
+use super::tail::{SealedChunk, Tail};
 use super::txn_index::{AbortedIndex, AbortedTxn};
 use crate::clock::Clock;
-use crate::runtime::{self, DirectFile, SerialGate, Watermark};
+use crate::runtime::{self, DirectFile, SerialGate, Watermark, DIRECT_IO_ALIGNMENT_BYTES};
 
 mod compact;
 mod producers;
@@ -55,6 +55,13 @@ const TIMESTAMP_SCAN_WINDOW_BYTES: u64 = 1 << 20;
 /// Direct writes of one segment in flight at once. A few keep the device busy
 /// while the next completes; more only add memory held by in-flight buffers.
 pub const WRITE_BEHIND_CHUNKS_MAX: usize = 4;
+
+/// Bounds on how far a segment file is extended with allocated space ahead
+/// of its writes at once (`preallocate_for`): as much again as the segment
+/// holds, within these, so a quiet partition reserves little and a busy one
+/// extends its file a few times a second.
+pub const PREALLOCATE_BYTES_MIN: u64 = 64 << 10;
+pub const PREALLOCATE_BYTES_MAX: u64 = 16 << 20;
 
 /// Where an append landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,6 +157,10 @@ pub struct LogStats {
     /// Bytes read from segment files (reads the batch cache and the staged
     /// tail did not answer).
     pub read_bytes: u64,
+    /// Extensions of a segment file with allocated space ahead of its
+    /// writes (`preallocate_for`), and those the file system refused.
+    pub preallocations: u64,
+    pub preallocations_refused: u64,
 }
 
 impl std::ops::AddAssign for LogStats {
@@ -160,6 +171,8 @@ impl std::ops::AddAssign for LogStats {
         self.chunk_writes += other.chunk_writes;
         self.rescanned_segments += other.rescanned_segments;
         self.read_bytes += other.read_bytes;
+        self.preallocations += other.preallocations;
+        self.preallocations_refused += other.preallocations_refused;
     }
 }
 
@@ -1115,6 +1128,7 @@ impl PartitionLog {
             if wave.is_empty() {
                 return Ok(());
             }
+            self.preallocate_for(base, file, &wave).await;
             // Each write runs to its end even if this call is dropped; its
             // chunk then stays unwritten here and the next write-out writes
             // it again, once this one has landed.
@@ -1155,6 +1169,78 @@ impl PartitionLog {
                 tail.pop_written(chunk.start);
             }
             state.stats.chunk_writes += wave.len() as u64;
+        }
+    }
+
+    /// Extends segment `base`'s file with allocated space when `wave` would
+    /// write past what was allocated, so the wave's writes land inside the
+    /// file's size and complete inline instead of on io_uring's kernel
+    /// workers (`DirectFile::preallocate`). Never past the roll size: a
+    /// segment's file is trimmed to its data when it is sealed, and a
+    /// recovery cuts the zeros after the last valid batch as it cuts a torn
+    /// write. A refusal (a full disk, a file system without `fallocate`)
+    /// costs the writes only their speed: they extend the file themselves.
+    ///
+    /// Counted among the writes `settle_writes` waits for, so an extension
+    /// whose write-out was dropped can never land after a seal or a cut.
+    async fn preallocate_for(&self, base: Offset, file: &DirectFile, wave: &[SealedChunk]) {
+        let segment_size_bytes = self.config.borrow().segment_size_bytes;
+        let from = wave.first().map_or(0, |c| c.start);
+        let wave_end = wave
+            .iter()
+            .map(|c| c.start + c.buffer.len() as u64)
+            .max()
+            .unwrap_or(0);
+        {
+            let state = self.state.borrow();
+            let Some(segment) = state.segments.iter().find(|s| s.base == base) else {
+                return;
+            };
+            if wave_end <= segment.allocated_bytes {
+                return;
+            }
+        }
+        let step = wave_end.clamp(PREALLOCATE_BYTES_MIN, PREALLOCATE_BYTES_MAX);
+        let limit = segment_size_bytes.next_multiple_of(DIRECT_IO_ALIGNMENT_BYTES);
+        let to = (wave_end + step)
+            .next_multiple_of(DIRECT_IO_ALIGNMENT_BYTES)
+            .min(limit);
+        if to <= wave_end {
+            // The last stretch before the roll: the writes extend the file.
+            return;
+        }
+        let (done, result) = runtime::oneshot();
+        let landed = self.writes_landed.clone();
+        self.writes_submitted.set(self.writes_submitted.get() + 1);
+        let extended = file.clone();
+        runtime::spawn(async move {
+            let outcome = extended.preallocate(from, to).await;
+            landed.advance(landed.get() + 1);
+            done.send(outcome);
+        })
+        .detach();
+        let outcome = result.await;
+        let mut state = self.state.borrow_mut();
+        match outcome {
+            Some(Ok(())) => {
+                state.stats.preallocations += 1;
+                if let Some(segment) = state.segment_mut(base) {
+                    segment.allocated_bytes = segment.allocated_bytes.max(to);
+                }
+            }
+            Some(Err(e)) => {
+                state.stats.preallocations_refused += 1;
+                tracing::debug!(dir = %self.dir.display(), %base, error = %e, "segment space not allocated ahead");
+                if e.kind() == std::io::ErrorKind::Unsupported
+                    || e.raw_os_error() == Some(95 /* EOPNOTSUPP */)
+                {
+                    // Never again for this file: its writes extend it.
+                    if let Some(segment) = state.segment_mut(base) {
+                        segment.allocated_bytes = u64::MAX;
+                    }
+                }
+            }
+            None => {}
         }
     }
 
