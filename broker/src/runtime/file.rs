@@ -194,30 +194,44 @@ impl DirectFile {
             "aligned write length"
         );
         self.mark_unsynced(position);
-        let written = match (&self.inner, &buffer.inner) {
-            (Backend::Dma(file), SharedInner::Dma(dma)) => {
-                file.write_rc_at(dma.clone(), position).await
-            }
-            (Backend::Sim(file), _) => file
-                .write_at(buffer, position)
-                .await
-                .map(|()| len)
-                .map_err(Into::into),
-            (Backend::Dma(_), SharedInner::Heap(_)) => {
-                unreachable!("heap buffers exist only under a simulation")
-            }
-        };
+        let written = self.submit_write(buffer, position).await;
         // Marked again on completion: a sync that began while the write was
         // in flight may not cover it.
         self.mark_unsynced(position);
-        let written = written?;
-        if written != len {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short direct write: {written} of {len} bytes"),
-            ));
+        let mut done = written?;
+        while done != len {
+            // Part written: the file system ran out of room (or the device
+            // failed) part-way. Writing the rest gets the kernel's own error
+            // for it (ENOSPC), which names the cause; a short write of
+            // unaligned length cannot be continued with direct I/O.
+            if done == 0 || !(done as u64).is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES) {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short direct write: {done} of {len} bytes"),
+                ));
+            }
+            let rest_len = len - done;
+            let mut rest = AlignedBuffer::new(rest_len);
+            rest.as_mut_slice().copy_from_slice(&buffer[done..]);
+            let more = self
+                .submit_write(&rest.seal(rest_len), position + done as u64)
+                .await;
+            self.mark_unsynced(position);
+            done += more?;
         }
         Ok(())
+    }
+
+    async fn submit_write(&self, buffer: &SharedBuffer, position: u64) -> io::Result<usize> {
+        match (&self.inner, &buffer.inner) {
+            (Backend::Dma(file), SharedInner::Dma(dma)) => {
+                Ok(file.write_rc_at(dma.clone(), position).await?)
+            }
+            (Backend::Sim(file), _) => file.write_at(buffer, position).await.map(|()| buffer.len()),
+            (Backend::Dma(_), SharedInner::Heap(_)) => {
+                unreachable!("heap buffers exist only under a simulation")
+            }
+        }
     }
 
     /// Reads up to `len` bytes at `position`; fewer at the end of the file.
