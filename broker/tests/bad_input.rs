@@ -371,3 +371,159 @@ fn a_full_log_disk_does_not_stop_the_broker() {
     assert_eq!(code, ErrorCode::UnknownTopicOrPartition);
     still_serving(&mut broker);
 }
+
+/// A tmpfs mounted for one test and unmounted when dropped: a real disk that
+/// fills up, with the kernel's own ENOSPC.
+struct SmallDisk {
+    path: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(path: &std::path::Path, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(path).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .status()
+            .expect("mount runs");
+        assert!(
+            status.success(),
+            "mounting a tmpfs needs root, as the chaos tests do"
+        );
+        SmallDisk {
+            path: path.to_path_buf(),
+        }
+    }
+
+    fn grow(&self, size: &str) {
+        let status = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
+    }
+}
+
+/// The disk holding the partition logs fills up. Produce is answered
+/// STORAGE_ERROR and the broker log names the cause; fetches of what was
+/// acknowledged are still served; the failing log is warned about once, not
+/// on every retry of its write-out; once the disk has room the partition
+/// takes writes again; and after a restart every acknowledged record reads
+/// back from disk and `verify-log` passes. A refused batch may still be
+/// written once there is room (as after a timeout, the producer cannot
+/// know): it is never acknowledged, and never stored twice.
+#[test]
+fn a_full_data_disk_answers_storage_errors_and_recovers_when_it_has_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let disk = SmallDisk::mount(&data.join("topics"), "16m");
+    let log_path = dir.path().join("broker.log");
+    let port = free_port_block(1);
+    let mut broker = Broker::start_logging_to(&data, 1, port, &[], &log_path);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("t", 1, &[]), ErrorCode::None);
+    // Even tags: uncompressed 64 KiB batches, so 16 MiB fill in ~250.
+    let mut acked = Vec::new();
+    let mut refused = None;
+    for tag in (0..2_000u64).step_by(2) {
+        let (code, base) = client.produce("t", 0, &batch(tag, 1, 1_000, 64 << 10), -1);
+        if code != ErrorCode::None {
+            refused = Some((code, tag));
+            break;
+        }
+        acked.push((base, tag));
+    }
+    let (code, refused_tag) = refused.expect("a 16 MiB disk fills");
+    assert_eq!(code, ErrorCode::StorageError);
+    assert!(acked.len() > 100, "{} acknowledged", acked.len());
+
+    // Two seconds full: the maintenance retries back off and warn once.
+    std::thread::sleep(Duration::from_secs(2));
+    let log = broker.log();
+    assert!(log.contains("No space left on device"), "{log}");
+    let warnings = log.matches("log maintenance failed").count();
+    assert!(
+        (1..=2).contains(&warnings),
+        "{warnings} maintenance warnings in two seconds"
+    );
+    assert!(broker.is_running(), "broker died; log:\n{log}");
+    let (code, _, _, records) = client.fetch("t", 0, 0, 1 << 20, 0);
+    assert_eq!(code, ErrorCode::None);
+    assert_eq!(
+        support::decode(&records)[0].0,
+        0,
+        "acknowledged data served"
+    );
+
+    disk.grow("64m");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let (code, base) = client.produce("t", 0, &batch(100_000, 1, 1_000, 8), -1);
+        if code == ErrorCode::None {
+            break (base, 100_000u64);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still refused with room: {code:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    acked.push(after);
+    assert!(
+        broker.log().contains("log maintenance works again")
+            || broker.log().matches("log maintenance failed").count() <= 2
+    );
+
+    broker.stop();
+    let mut broker = Broker::start_logging_to(&data, 1, port, &[], &log_path);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    let mut read = Vec::new();
+    let mut next = 0;
+    let end = after.0 + 1;
+    while next < end {
+        let (code, _, _, records) = client.fetch("t", 0, next, 4 << 20, 0);
+        assert_eq!(code, ErrorCode::None);
+        for (base, values) in support::decode(&records) {
+            assert_eq!(base, next, "offsets follow each other");
+            next += values.len() as i64;
+            for value in values {
+                let text = String::from_utf8_lossy(&value[..value.len().min(24)]).into_owned();
+                let tag: u64 = text.split(':').next().unwrap().parse().unwrap();
+                read.push((base, tag));
+            }
+        }
+    }
+    let acked_read: Vec<(i64, u64)> = read
+        .iter()
+        .copied()
+        .filter(|&(_, tag)| tag != refused_tag)
+        .collect();
+    assert_eq!(
+        acked_read, acked,
+        "every acknowledged record, where it was acknowledged"
+    );
+    assert!(read.iter().filter(|&&(_, tag)| tag == refused_tag).count() <= 1);
+    broker.stop();
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_ringlog-broker"))
+        .arg("verify-log")
+        .arg(data.join("topics").join("t-0"))
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    drop(disk);
+}

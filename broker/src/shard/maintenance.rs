@@ -12,7 +12,8 @@ use crate::log::LogError;
 
 use super::{
     Replica, Shard, ShardOp, ShardReply, ISR_CHECK_MS, LOG_IDLE_SCAN_MS, LOG_MAINTENANCE_MS,
-    METADATA_SHARD, RETENTION_CHECK_MS, TXN_HANGING_MS,
+    MAINTENANCE_RETRY_MS_MAX, MAINTENANCE_WARN_INTERVAL_MS, METADATA_SHARD, RETENTION_CHECK_MS,
+    TXN_HANGING_MS,
 };
 use crate::partition::PartitionKey;
 use crate::runtime;
@@ -28,6 +29,57 @@ pub fn ineligible_for_isr(
         .copied()
         .filter(|id| view.brokers.get(id).is_none_or(|b| b.fenced))
         .collect()
+}
+
+/// How a log whose maintenance fails (a full or failing disk) is retried
+/// and reported. Retries wait `LOG_MAINTENANCE_MS`, then twice as long
+/// after each further failure, up to `MAINTENANCE_RETRY_MS_MAX`; the first
+/// failure is warned about, and then at most one warning per
+/// `MAINTENANCE_WARN_INTERVAL_MS` with the failures since the last one. So
+/// thousands of partitions on a full disk neither spin on it nor flood the
+/// log, and a disk with room again is written within a second.
+#[derive(Debug, Default)]
+pub struct FailureBackoff {
+    /// Failures in a row.
+    failures: u64,
+    retry_at_ms: u64,
+    warned_at_ms: Option<u64>,
+    /// Failures since the last warning.
+    unreported: u64,
+}
+
+impl FailureBackoff {
+    /// Whether the log may be tried now.
+    pub fn due(&self, now_ms: u64) -> bool {
+        now_ms >= self.retry_at_ms
+    }
+
+    /// Records a failure at `now_ms`; the failures to warn about now (this
+    /// one included), if it is time to warn.
+    pub fn failed(&mut self, now_ms: u64) -> Option<u64> {
+        self.failures += 1;
+        self.unreported += 1;
+        let doublings = (self.failures - 1).min(20) as u32;
+        let delay_ms = LOG_MAINTENANCE_MS
+            .saturating_mul(1 << doublings)
+            .min(MAINTENANCE_RETRY_MS_MAX);
+        self.retry_at_ms = now_ms + delay_ms;
+        let warn = self
+            .warned_at_ms
+            .is_none_or(|at| now_ms >= at + MAINTENANCE_WARN_INTERVAL_MS);
+        if !warn {
+            return None;
+        }
+        self.warned_at_ms = Some(now_ms);
+        Some(std::mem::take(&mut self.unreported))
+    }
+
+    /// Records a success; the failures in a row it ends, if any.
+    pub fn succeeded(&mut self) -> Option<u64> {
+        let failures = self.failures;
+        *self = FailureBackoff::default();
+        (failures > 0).then_some(failures)
+    }
 }
 
 impl Shard {
@@ -219,9 +271,24 @@ impl Shard {
                 if !self.is_current(&key, &replica) {
                     continue;
                 }
-                if let Err(e) = replica.log.maintain().await {
-                    self.metrics.on_storage_error();
-                    tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, "log maintenance failed");
+                let now_ms = self.monotonic_ms();
+                if replica.maintenance_backoff.borrow().due(now_ms) {
+                    match replica.log.maintain().await {
+                        Ok(()) => {
+                            let failed = replica.maintenance_backoff.borrow_mut().succeeded();
+                            if let Some(failures) = failed {
+                                tracing::info!(topic = %key.topic, partition = key.partition, failures, "log maintenance works again");
+                            }
+                        }
+                        Err(e) => {
+                            self.metrics.on_storage_error();
+                            let now_ms = self.monotonic_ms();
+                            let report = replica.maintenance_backoff.borrow_mut().failed(now_ms);
+                            if let Some(failures) = report {
+                                tracing::warn!(error = %e, topic = %key.topic, partition = key.partition, failures, "log maintenance failed; retrying with backoff");
+                            }
+                        }
+                    }
                 }
                 // Write-behind and syncs move the leader's stable offset, and
                 // with it the high watermark (acks=0 writes wait for nothing).
@@ -253,5 +320,58 @@ impl Shard {
                 last_retention = self.clock.monotonic();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_log_is_retried_after_doubling_delays_up_to_the_bound() {
+        let mut backoff = FailureBackoff::default();
+        assert!(backoff.due(0));
+        let mut now_ms = 1_000;
+        let mut delays = Vec::new();
+        for _ in 0..12 {
+            backoff.failed(now_ms);
+            let mut retry_ms = now_ms;
+            while !backoff.due(retry_ms) {
+                retry_ms += 1;
+            }
+            delays.push(retry_ms - now_ms);
+            now_ms = retry_ms;
+        }
+        assert_eq!(
+            delays,
+            [5, 10, 20, 40, 80, 160, 320, 640, 1_000, 1_000, 1_000, 1_000]
+        );
+        assert_eq!(backoff.succeeded(), Some(12));
+        assert!(backoff.due(now_ms), "a success retries at once next time");
+        assert_eq!(backoff.succeeded(), None);
+    }
+
+    #[test]
+    fn a_failing_log_is_warned_about_once_per_interval_with_the_count() {
+        let mut backoff = FailureBackoff::default();
+        assert_eq!(backoff.failed(0), Some(1), "the first failure is reported");
+        let mut reports = Vec::new();
+        // A failure every 100 ms for 25 s.
+        for step in 1..=250 {
+            if let Some(failures) = backoff.failed(step * 100) {
+                reports.push((step * 100, failures));
+            }
+        }
+        assert_eq!(
+            reports,
+            [(10_000, 100), (20_000, 100)],
+            "one warning per interval, counting the failures since the last"
+        );
+        backoff.succeeded();
+        assert_eq!(
+            backoff.failed(25_100),
+            Some(1),
+            "a new run is reported at once"
+        );
     }
 }

@@ -83,6 +83,13 @@ pub const ISR_CHECK_MS: u64 = 100;
 /// How often the logs with work queued (appends since their last
 /// maintenance, a high watermark behind) do their periodic work.
 pub const LOG_MAINTENANCE_MS: u64 = 5;
+/// A log whose maintenance fails (a full or failing disk) is tried again
+/// after doubling delays from `LOG_MAINTENANCE_MS` up to this, so thousands
+/// of partitions on a full disk do not retry every tick.
+pub const MAINTENANCE_RETRY_MS_MAX: u64 = 1_000;
+/// While a log's maintenance keeps failing, at most one warning this often,
+/// with the count of failures since the last.
+pub const MAINTENANCE_WARN_INTERVAL_MS: u64 = 10_000;
 /// How often every replica is looked at for work nobody queued: a
 /// recovery-point checkpoint due (every 10 s at most, so a second's delay
 /// is nothing), bytes left to write or sync, a leader's high watermark

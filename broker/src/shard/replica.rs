@@ -6,6 +6,7 @@ use std::cell::{Cell, Ref, RefCell};
 use std::path::PathBuf;
 use std::rc::Rc;
 
+use super::maintenance::FailureBackoff;
 use super::{Role, Shard, TOPIC_ID_FILE};
 use crate::cluster_view::{partition_dir, topics_dir};
 use crate::log::{sync_dir, write_all_atomically, LogError, PartitionLog};
@@ -36,6 +37,8 @@ pub struct Replica {
     pub cleaning: RefCell<Cleaning>,
     /// In the shard's maintenance queue (`Shard::queue_maintenance`).
     pub maintenance_queued: Cell<bool>,
+    /// Retry delays and warnings while its log's maintenance fails.
+    pub maintenance_backoff: RefCell<FailureBackoff>,
 }
 
 /// When the cleaner last ran over a replica's log, and whether an error
@@ -201,6 +204,7 @@ impl Replica {
             epoch_saver: Rc::new(EpochSaver::new(epoch_writer)),
             cleaning: RefCell::default(),
             maintenance_queued: Cell::new(false),
+            maintenance_backoff: RefCell::default(),
         }
     }
 
