@@ -275,13 +275,18 @@ pub fn create_dir_durably(dir: &Path) -> io::Result<()> {
 static SYNCED_DIRS: std::sync::Mutex<Option<Vec<PathBuf>>> = std::sync::Mutex::new(None);
 
 /// Starts recording the directories this process syncs, for tests that check
-/// durability steps; returns what was recorded since the previous call.
+/// durability steps; returns every one recorded since recording began.
+///
+/// Never cleared: tests run on parallel threads of one process, so a call
+/// that took what was recorded so far could take another test's record
+/// between its action and its check. Each test looks for its own paths,
+/// which live under its own temporary directory.
 pub fn record_dir_syncs() -> Vec<PathBuf> {
     SYNCED_DIRS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .replace(Vec::new())
-        .unwrap_or_default()
+        .get_or_insert_with(Vec::new)
+        .clone()
 }
 
 #[cfg(test)]
