@@ -1113,7 +1113,7 @@ impl PartitionLog {
     /// in waves; all of them, whatever `end`, once the segment is closing.
     async fn write_waves(&self, base: Offset, file: &DirectFile, end: u64) -> LogResult<()> {
         loop {
-            let wave = {
+            let (wave, allocated_bytes) = {
                 let state = self.state.borrow();
                 // Finished (or truncated away) meanwhile: nothing left to write.
                 let Some(segment) = state.segments.iter().find(|s| s.base == base) else {
@@ -1123,12 +1123,16 @@ impl PartitionLog {
                     return Ok(());
                 };
                 let limit = if segment.closing { u64::MAX } else { end };
-                tail.write_wave(limit, WRITE_BEHIND_CHUNKS_MAX)
+                (
+                    tail.write_wave(limit, WRITE_BEHIND_CHUNKS_MAX),
+                    segment.allocated_bytes,
+                )
             };
             if wave.is_empty() {
                 return Ok(());
             }
-            self.preallocate_for(base, file, &wave).await;
+            self.preallocate_for(base, file, &wave, allocated_bytes)
+                .await;
             // Each write runs to its end even if this call is dropped; its
             // chunk then stays unwritten here and the next write-out writes
             // it again, once this one has landed.
@@ -1173,7 +1177,7 @@ impl PartitionLog {
     }
 
     /// Extends segment `base`'s file with allocated space when `wave` would
-    /// write past what was allocated, so the wave's writes land inside the
+    /// write past `allocated_bytes` (what was allocated so far), so the wave's writes land inside the
     /// file's size and complete inline instead of on io_uring's kernel
     /// workers (`DirectFile::preallocate`). Never past the roll size: a
     /// segment's file is trimmed to its data when it is sealed, and a
@@ -1183,23 +1187,23 @@ impl PartitionLog {
     ///
     /// Counted among the writes `settle_writes` waits for, so an extension
     /// whose write-out was dropped can never land after a seal or a cut.
-    async fn preallocate_for(&self, base: Offset, file: &DirectFile, wave: &[SealedChunk]) {
-        let segment_size_bytes = self.config.borrow().segment_size_bytes;
+    async fn preallocate_for(
+        &self,
+        base: Offset,
+        file: &DirectFile,
+        wave: &[SealedChunk],
+        allocated_bytes: u64,
+    ) {
         let from = wave.first().map_or(0, |c| c.start);
         let wave_end = wave
             .iter()
             .map(|c| c.start + c.buffer.len() as u64)
             .max()
             .unwrap_or(0);
-        {
-            let state = self.state.borrow();
-            let Some(segment) = state.segments.iter().find(|s| s.base == base) else {
-                return;
-            };
-            if wave_end <= segment.allocated_bytes {
-                return;
-            }
+        if wave_end <= allocated_bytes {
+            return;
         }
+        let segment_size_bytes = self.config.borrow().segment_size_bytes;
         let step = wave_end.clamp(PREALLOCATE_BYTES_MIN, PREALLOCATE_BYTES_MAX);
         let limit = segment_size_bytes.next_multiple_of(DIRECT_IO_ALIGNMENT_BYTES);
         let to = (wave_end + step)
