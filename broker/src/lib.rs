@@ -8,6 +8,7 @@ pub mod cluster_view;
 pub mod config;
 pub mod group;
 pub mod handlers;
+pub mod latency;
 pub mod log;
 pub mod metrics;
 pub mod net;

@@ -8,25 +8,13 @@ use std::time::Duration;
 
 use protocol::ApiKey;
 
+use crate::latency::LatencyHistogram;
 use crate::partition::PartitionKey;
-
-/// Upper bounds of the latency buckets, in microseconds.
-const LATENCY_BUCKETS_US: [u64; 14] = [
-    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
-    10_000_000,
-];
-
-#[derive(Debug, Default)]
-struct Histogram {
-    buckets: [u64; LATENCY_BUCKETS_US.len()],
-    count: u64,
-    sum_us: u64,
-}
 
 #[derive(Debug, Default)]
 pub struct ShardMetrics {
     requests: RefCell<BTreeMap<&'static str, u64>>,
-    latency: RefCell<BTreeMap<&'static str, Histogram>>,
+    latency: RefCell<BTreeMap<&'static str, LatencyHistogram>>,
     request_bytes: Cell<u64>,
     response_bytes: Cell<u64>,
     appended_records: Cell<u64>,
@@ -103,14 +91,11 @@ impl ShardMetrics {
             .set(self.request_bytes.get() + request_bytes as u64);
         self.response_bytes
             .set(self.response_bytes.get() + response_bytes as u64);
-        let us = elapsed.as_micros() as u64;
-        let mut latency = self.latency.borrow_mut();
-        let h = latency.entry(name).or_default();
-        h.count += 1;
-        h.sum_us += us;
-        if let Some(i) = LATENCY_BUCKETS_US.iter().position(|b| us <= *b) {
-            h.buckets[i] += 1;
-        }
+        self.latency
+            .borrow_mut()
+            .entry(name)
+            .or_default()
+            .record(elapsed);
     }
 
     /// A fetch long poll starts waiting; the gauge drops when it stops.
@@ -210,23 +195,22 @@ impl ShardMetrics {
             );
         }
         for (api, h) in self.latency.borrow().iter() {
-            let mut cumulative = 0;
-            for (bound, n) in LATENCY_BUCKETS_US.iter().zip(h.buckets) {
-                cumulative += n;
-                let _ = writeln!(out, "ringlog_request_latency_seconds_bucket{{shard=\"{shard}\",api=\"{api}\",le=\"{}\"}} {cumulative}", *bound as f64 / 1e6);
-            }
-            let _ = writeln!(out, "ringlog_request_latency_seconds_bucket{{shard=\"{shard}\",api=\"{api}\",le=\"+Inf\"}} {}", h.count);
-            let _ = writeln!(
-                out,
-                "ringlog_request_latency_seconds_sum{{shard=\"{shard}\",api=\"{api}\"}} {}",
-                h.sum_us as f64 / 1e6
-            );
-            let _ = writeln!(
-                out,
-                "ringlog_request_latency_seconds_count{{shard=\"{shard}\",api=\"{api}\"}} {}",
-                h.count
+            h.render(
+                &mut out,
+                "ringlog_request_latency_seconds",
+                &format!("shard=\"{shard}\",api=\"{api}\""),
             );
         }
+        log.write_latency.render(
+            &mut out,
+            "ringlog_log_write_seconds",
+            &format!("shard=\"{shard}\""),
+        );
+        log.sync_latency.render(
+            &mut out,
+            "ringlog_log_sync_seconds",
+            &format!("shard=\"{shard}\""),
+        );
         let counters = [
             ("ringlog_request_bytes_total", self.request_bytes.get()),
             ("ringlog_response_bytes_total", self.response_bytes.get()),

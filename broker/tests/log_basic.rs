@@ -140,6 +140,10 @@ fn concurrent_appends_share_one_sync() {
             "group commit: {} syncs for 160 appends",
             stats.data_syncs
         );
+        // Each write and each sync an acknowledgement waited for is timed.
+        assert!(stats.chunk_writes > 0);
+        assert_eq!(stats.write_latency.count(), stats.chunk_writes);
+        assert_eq!(stats.sync_latency.count(), stats.data_syncs);
     });
 }
 

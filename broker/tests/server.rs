@@ -201,6 +201,21 @@ fn metrics_endpoint_reports_every_shard() {
             || text.contains("ringlog_log_end_offset{shard=\"1\",topic=\"m\",partition=\"1\"} 5"),
         "{text}"
     );
+    // Every direct write and every data sync is timed: an acknowledgement
+    // (acks=1 under the default `always`) waited for both.
+    let sum = |name: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let writes = sum("ringlog_log_chunk_writes_total");
+    let syncs = sum("ringlog_log_data_syncs_total");
+    assert!(writes >= 2 && syncs >= 2, "{writes} writes, {syncs} syncs");
+    assert_eq!(sum("ringlog_log_write_seconds_count"), writes, "{text}");
+    assert_eq!(sum("ringlog_log_sync_seconds_count"), syncs, "{text}");
+    assert!(text.contains("ringlog_log_write_seconds_bucket{shard=\"0\",le=\"+Inf\"}"));
+    assert!(text.contains("ringlog_log_sync_seconds_sum{shard=\"1\"}"));
 }
 
 /// The sum of one metric over every shard, from the admin port.

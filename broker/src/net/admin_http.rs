@@ -39,6 +39,10 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 # TYPE ringlog_log_rescanned_segments_total counter
 # HELP ringlog_log_data_syncs_total fdatasync calls that made appended data durable (a group commit counts once), same replicas.
 # TYPE ringlog_log_data_syncs_total counter
+# HELP ringlog_log_write_seconds Each direct write of a tail chunk, from its submission to its completion, same replicas.
+# TYPE ringlog_log_write_seconds histogram
+# HELP ringlog_log_sync_seconds Each sync that made appended data durable (the fdatasync of every file it covers), same replicas.
+# TYPE ringlog_log_sync_seconds histogram
 # HELP ringlog_log_preallocations_total Segment files extended with allocated space ahead of their writes, so the writes complete inline, same replicas.
 # TYPE ringlog_log_preallocations_total counter
 # HELP ringlog_log_preallocations_refused_total Such extensions the file system refused (full disk, no fallocate); the writes then extend the file themselves, same replicas.

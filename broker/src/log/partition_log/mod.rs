@@ -31,6 +31,7 @@ use super::segment::{
 use super::tail::{SealedChunk, Tail};
 use super::txn_index::{AbortedIndex, AbortedTxn};
 use crate::clock::Clock;
+use crate::latency::LatencyHistogram;
 use crate::runtime::{self, DirectFile, SerialGate, Watermark, DIRECT_IO_ALIGNMENT_BYTES};
 
 mod compact;
@@ -161,6 +162,11 @@ pub struct LogStats {
     /// writes (`preallocate_for`), and those the file system refused.
     pub preallocations: u64,
     pub preallocations_refused: u64,
+    /// Each direct chunk write, submission to completion, and each data
+    /// sync (every file it covers): what an acknowledgement under the
+    /// flush policy waits for.
+    pub write_latency: LatencyHistogram,
+    pub sync_latency: LatencyHistogram,
 }
 
 impl std::ops::AddAssign for LogStats {
@@ -173,6 +179,8 @@ impl std::ops::AddAssign for LogStats {
         self.read_bytes += other.read_bytes;
         self.preallocations += other.preallocations;
         self.preallocations_refused += other.preallocations_refused;
+        self.write_latency += other.write_latency;
+        self.sync_latency += other.sync_latency;
     }
 }
 
@@ -1078,14 +1086,17 @@ impl PartitionLog {
                     .filter_map(|(_, s)| s.file.clone())
                     .collect()
             };
+            let started = self.clock.monotonic();
             for file in files {
                 file.fdatasync()
                     .await
                     .map_err(|e| LogError::io(&self.dir, e))?;
             }
+            let elapsed = self.clock.monotonic().saturating_sub(started);
             let mut state = self.state.borrow_mut();
             state.last_sync_ms = self.clock.now_ms();
             state.stats.data_syncs += 1;
+            state.stats.sync_latency.record(elapsed);
             drop(state);
             if target_end.0 > self.durable.get() {
                 self.durable.advance(target_end.0);
@@ -1141,26 +1152,34 @@ impl PartitionLog {
                 .map(|chunk| {
                     let (file, buffer, start) = (file.clone(), chunk.buffer.clone(), chunk.start);
                     let landed = self.writes_landed.clone();
+                    let clock = self.clock.clone();
                     let (done, result) = runtime::oneshot();
                     self.writes_submitted.set(self.writes_submitted.get() + 1);
                     runtime::spawn(async move {
+                        let started = clock.monotonic();
                         let written = file.write_at(&buffer, start).await;
+                        let elapsed = clock.monotonic().saturating_sub(started);
                         landed.advance(landed.get() + 1);
-                        done.send(written);
+                        done.send(written.map(|()| elapsed));
                     })
                     .detach();
                     result
                 })
                 .collect();
             let mut failure = None;
+            let mut latency = LatencyHistogram::default();
             for write in writes {
                 let written = write
                     .await
                     .unwrap_or_else(|| Err(std::io::Error::other("a tail write was dropped")));
-                if let Err(e) = written {
-                    failure.get_or_insert(e);
+                match written {
+                    Ok(elapsed) => latency.record(elapsed),
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                    }
                 }
             }
+            self.state.borrow_mut().stats.write_latency += latency;
             if let Some(e) = failure {
                 return Err(LogError::io(segment_path(&self.dir, base, LOG_SUFFIX), e));
             }
