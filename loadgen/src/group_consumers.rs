@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use client::{
-    Admin, Cluster, ConsumerConfig, ConsumerRecord, GroupConfig, GroupConsumer, OffsetReset, SeekTo,
+    Admin, Cluster, ConsumerConfig, ConsumerRecord, GroupConfig, GroupConsumer, OffsetReset,
+    SeekTo, TopicPartition,
 };
 use tokio::task::JoinHandle;
 
@@ -140,6 +141,8 @@ struct RunGroup {
 /// Every group of the run.
 pub(crate) struct GroupConsumers {
     config: Arc<RunConfig>,
+    /// For describing a group that did not settle.
+    cluster: Cluster,
     groups: Vec<RunGroup>,
     /// Set once every group is stable, just before producers start.
     measuring: Arc<AtomicBool>,
@@ -197,6 +200,7 @@ impl GroupConsumers {
         }
         Ok(GroupConsumers {
             config: config.clone(),
+            cluster: cluster.clone(),
             groups,
             measuring,
             stop,
@@ -233,14 +237,69 @@ impl GroupConsumers {
                 return Ok(());
             }
             if Instant::now() >= deadline {
+                // What the coordinator holds beside what the members see,
+                // read before they stop: which side a stall is on.
+                let mut described = Vec::new();
+                for group in &self.groups {
+                    if !self.stability(group).is_stable() {
+                        described.push(self.describe_unsettled(group).await);
+                    }
+                }
                 self.stop.store(true, Ordering::Relaxed);
                 bail!(
-                    "consumer groups not stable after {GROUP_STABLE_WAIT_MS_MAX} ms: {}",
-                    unstable.join("; ")
+                    "consumer groups not stable after {GROUP_STABLE_WAIT_MS_MAX} ms: {}\n{}",
+                    unstable.join("; "),
+                    described.join("\n")
                 );
             }
             tokio::time::sleep(Duration::from_millis(STABLE_CHECK_MS)).await;
         }
+    }
+
+    /// One line per member as the members see themselves, then the
+    /// coordinator's view of the group (bounded by `LAG_WAIT_MS_MAX`).
+    async fn describe_unsettled(&self, group: &RunGroup) -> String {
+        let mut lines = vec![format!("group {}, as its members see it:", group.id)];
+        for (i, view) in group.views.iter().enumerate() {
+            let view = view.lock().expect("view lock").clone();
+            lines.push(format!(
+                "  member {i}: joined {}, owns {:?}, positioned {}",
+                view.joined, view.owned, view.positioned
+            ));
+        }
+        let admin = Admin::from_cluster(self.cluster.clone());
+        let wait = Duration::from_millis(LAG_WAIT_MS_MAX);
+        match tokio::time::timeout(wait, admin.describe_group(&group.id)).await {
+            Ok(Ok(description)) => {
+                lines.push(format!(
+                    "  coordinator: state {}, group epoch {}, target epoch {}",
+                    description.state, description.group_epoch.0, description.target_epoch.0
+                ));
+                let topic = &self.config.topic;
+                let partitions = |set: &BTreeSet<TopicPartition>| -> Vec<i32> {
+                    set.iter()
+                        .filter(|tp| &tp.topic == topic)
+                        .map(|tp| tp.partition)
+                        .collect()
+                };
+                for member in &description.members {
+                    lines.push(format!(
+                        "  {}: epoch {}, state {}, assigned {:?}, revoking {:?}, target {:?}",
+                        member.member_id,
+                        member.member_epoch.0,
+                        member.state,
+                        partitions(&member.assigned),
+                        partitions(&member.pending_revocation),
+                        partitions(&member.target)
+                    ));
+                }
+            }
+            Ok(Err(error)) => lines.push(format!("  coordinator: describe failed: {error}")),
+            Err(_) => lines.push(format!(
+                "  coordinator: no answer within {LAG_WAIT_MS_MAX} ms"
+            )),
+        }
+        lines.join("\n")
     }
 
     fn stability(&self, group: &RunGroup) -> Stability {
