@@ -527,3 +527,89 @@ fn a_full_data_disk_answers_storage_errors_and_recovers_when_it_has_room() {
     );
     drop(disk);
 }
+
+/// Writes `path` until the file system refuses: what is left of its disk.
+fn fill_disk(path: &std::path::Path) {
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 4096];
+    loop {
+        match file.write_all(&chunk).and_then(|()| file.sync_data()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::StorageFull => return,
+            Err(e) => panic!("filling {}: {e}", path.display()),
+        }
+    }
+}
+
+/// The disk holding the embedded controller's Raft log fills up. A metadata
+/// change (creating a topic) is answered with an error once the controller
+/// request's bound has passed, and the broker stays up; the controller warns
+/// about the full disk instead of stopping its Raft node (which openraft
+/// does on any storage error, for good); once the disk has room the stalled
+/// change lands and new ones are made again, and after a restart every topic
+/// is there.
+#[test]
+fn a_full_controller_disk_stalls_metadata_changes_until_it_has_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let disk = SmallDisk::mount(&data.join("controller"), "2m");
+    let log_path = dir.path().join("broker.log");
+    let port = free_port_block(1);
+    let mut broker = Broker::start_logging_to(&data, 1, port, &[], &log_path);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("before", 1, &[]), ErrorCode::None);
+
+    let filler = data.join("controller").join("filler");
+    fill_disk(&filler);
+    // The log file's last page may still have room for a few records.
+    let stalled = (0..200)
+        .map(|i| format!("during-{i}"))
+        .find(|topic| client.create_topic(topic, 1, &[]) != ErrorCode::None)
+        .expect("a full disk refuses metadata changes");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(broker.is_running(), "broker died; log:\n{}", broker.log());
+    let log = broker.log();
+    assert!(log.contains("controller storage is full"), "{log}");
+    assert!(log.contains("No space left on device"), "{log}");
+
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.create_topic("after", 1, &[]) {
+            ErrorCode::None => break,
+            code => assert!(
+                Instant::now() < deadline,
+                "metadata changes still refused with room: {code:?}; log:\n{}",
+                broker.log()
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The change that waited for room was made too: a creation that timed
+    // out may still happen, as with any request whose answer was lost.
+    assert_eq!(
+        client.create_topic(&stalled, 1, &[]),
+        ErrorCode::TopicAlreadyExists
+    );
+    assert!(broker.log().contains("controller storage has room again"));
+
+    broker.stop();
+    let broker = Broker::start_logging_to(&data, 1, port, &[], &log_path);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    for topic in ["before", stalled.as_str(), "after"] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (code, _) = client.produce(topic, 0, &batch(1, 1, 1_000, 8), -1);
+            if code == ErrorCode::None {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{topic} after a restart: {code:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    drop(broker);
+    drop(disk);
+}

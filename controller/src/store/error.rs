@@ -48,6 +48,16 @@ impl StoreError {
         move |source| StoreError::Encode { what, source }
     }
 
+    /// The write was refused for want of space (ENOSPC, EDQUOT): an
+    /// environment condition that passes, unlike a failed device.
+    pub fn is_no_space(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Io { source, .. }
+                if matches!(source.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded)
+        )
+    }
+
     pub(crate) fn into_write_logs(self) -> StorageError<u64> {
         StorageIOError::write_logs(&self).into()
     }

@@ -84,11 +84,19 @@ pub fn write_atomically(
         encode(body, &mut bytes);
     }
     let tmp = path.with_extension("tmp");
-    let mut file = File::create(&tmp).map_err(StoreError::io("create", &tmp))?;
-    file.write_all(&bytes)
-        .map_err(StoreError::io("write", &tmp))?;
-    file.sync_all().map_err(StoreError::io("fsync", &tmp))?;
-    drop(file);
+    let written = File::create(&tmp)
+        .map_err(StoreError::io("create", &tmp))
+        .and_then(|mut file| {
+            file.write_all(&bytes)
+                .map_err(StoreError::io("write", &tmp))?;
+            file.sync_all().map_err(StoreError::io("fsync", &tmp))
+        });
+    if let Err(e) = written {
+        // The file in place is untouched; a half-written replacement would
+        // only hold on to space a full disk needs back.
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
     fs::rename(&tmp, path).map_err(StoreError::io("rename", path))?;
     sync_parent_dir(path)
 }

@@ -11,7 +11,11 @@
 //! Every write is `sync_data`ed before openraft is told it is durable. A write or
 //! fsync failure poisons the store (`StoreError::Failed`): after a failed fsync
 //! the kernel may have dropped the dirty pages, so only a restart that rescans
-//! the file knows what is on disk.
+//! the file knows what is on disk. A full disk is the exception: the file is
+//! cut back to its length before the write (what was synced before stays
+//! synced), and the write waits for room and is tried again
+//! (`full_disk::retry_while_full`), so a disk that fills up stalls the
+//! controller instead of stopping it.
 //!
 //! All live entries are also kept in memory: the controller's log is short, since
 //! it is purged after every snapshot. File I/O happens inline in the async methods;
@@ -32,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::error::StoreError;
 use crate::store::frame::{self, MAGIC_BYTES};
+use crate::store::full_disk::retry_while_full;
 use crate::store::TypeConfig;
 
 const LOG_FILE_NAME: &str = "raft-log.bin";
@@ -215,19 +220,36 @@ impl LogInner {
             let body = serde_json::to_vec(record).map_err(StoreError::encode("log record"))?;
             frame::encode(&body, &mut bytes);
         }
+        let before_bytes = self
+            .file
+            .metadata()
+            .map_err(StoreError::io("stat", &self.log_path))?
+            .len();
         let written = self
             .file
             .write_all(&bytes)
             .and_then(|()| self.file.sync_data());
         if let Err(e) = written {
-            self.failed = true;
-            return Err(StoreError::io("append", &self.log_path)(e));
+            let error = StoreError::io("append", &self.log_path)(e);
+            // Out of space: nothing of this write may stay (a torn frame
+            // would end the log at the next replay, and a retry appends the
+            // records whole). Bytes synced before it are not touched.
+            let cut_back = error.is_no_space()
+                && self
+                    .file
+                    .set_len(before_bytes)
+                    .and_then(|()| self.file.sync_data())
+                    .is_ok();
+            if !cut_back {
+                self.failed = true;
+            }
+            return Err(error);
         }
         Ok(())
     }
 
-    fn append(&mut self, entries: Vec<Entry<TypeConfig>>) -> Result<(), StoreError> {
-        let records: Vec<LogRecord> = entries.into_iter().map(LogRecord::Entry).collect();
+    fn append(&mut self, entries: &[Entry<TypeConfig>]) -> Result<(), StoreError> {
+        let records: Vec<LogRecord> = entries.iter().cloned().map(LogRecord::Entry).collect();
         self.write_records(&records)?;
         for record in records {
             self.apply_record(record);
@@ -268,6 +290,11 @@ impl LogInner {
         }
         let body_refs: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
         if let Err(e) = frame::write_atomically(&self.log_path, LOG_MAGIC, &body_refs) {
+            if e.is_no_space() {
+                // The file in place is whole; the next purge compacts it.
+                tracing::warn!(error = %e, "controller log not compacted: the disk is full");
+                return Ok(());
+            }
             self.failed = true;
             return Err(e);
         }
@@ -347,8 +374,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
-        self.lock()
-            .save_vote(vote)
+        retry_while_full("vote", || self.lock().save_vote(vote))
+            .await
             .map_err(StoreError::into_write_vote)
     }
 
@@ -365,7 +392,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let result = self.lock().append(entries.into_iter().collect());
+        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
+        let result = retry_while_full("log append", || self.lock().append(&entries)).await;
         // The callback reports durability, so it runs only after `sync_data` returned.
         match result {
             Ok(()) => {
@@ -380,14 +408,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        self.lock()
-            .truncate(log_id.index)
+        retry_while_full("log truncation", || self.lock().truncate(log_id.index))
+            .await
             .map_err(StoreError::into_write_logs)
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        self.lock()
-            .purge(log_id)
+        retry_while_full("log purge", || self.lock().purge(log_id))
+            .await
             .map_err(StoreError::into_write_logs)
     }
 }

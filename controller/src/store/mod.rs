@@ -4,6 +4,7 @@
 
 mod error;
 mod frame;
+mod full_disk;
 mod log_store;
 mod state_machine;
 
@@ -11,6 +12,7 @@ use std::io::Cursor;
 use std::path::Path;
 
 pub use error::StoreError;
+pub use full_disk::{FULL_DISK_RETRY_MS_MAX, FULL_DISK_RETRY_MS_MIN, FULL_DISK_WARN_INTERVAL_MS};
 pub use log_store::{LogRecovery, LogStore};
 pub use state_machine::StateMachineStore;
 

@@ -24,6 +24,7 @@ use crate::command::{Outcome, Reply};
 use crate::state::{ClusterState, StateLimits};
 use crate::store::error::StoreError;
 use crate::store::frame::{self, MAGIC_BYTES};
+use crate::store::full_disk::retry_while_full;
 use crate::store::TypeConfig;
 
 const SNAPSHOT_FILE_NAME: &str = "snapshot.bin";
@@ -200,9 +201,8 @@ fn to_openraft(snapshot: StoredSnapshot) -> Snapshot<TypeConfig> {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
-        let snapshot = self
-            .lock()
-            .build_snapshot()
+        let snapshot = retry_while_full("snapshot", || self.lock().build_snapshot())
+            .await
             .map_err(StoreError::into_write_snapshot)?;
         Ok(to_openraft(snapshot))
     }
@@ -249,9 +249,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta: meta.clone(),
             data: snapshot.into_inner(),
         };
-        self.lock()
-            .install(snapshot, true)
-            .map_err(StoreError::into_write_snapshot)
+        retry_while_full("installed snapshot", || {
+            self.lock().install(snapshot.clone(), true)
+        })
+        .await
+        .map_err(StoreError::into_write_snapshot)
     }
 
     async fn get_current_snapshot(
