@@ -542,12 +542,13 @@ fn fill_disk(path: &std::path::Path) {
 }
 
 /// The disk holding the embedded controller's Raft log fills up. A metadata
-/// change (creating a topic) is answered with an error once the controller
-/// request's bound has passed, and the broker stays up; the controller warns
-/// about the full disk instead of stopping its Raft node (which openraft
-/// does on any storage error, for good); once the disk has room the stalled
-/// change lands and new ones are made again, and after a restart every topic
-/// is there.
+/// change (creating a topic) is answered with an error once the broker has
+/// given up on the controller (its forwarding tries several times), and the
+/// broker stays up; the controller warns about the full disk instead of
+/// stopping its Raft node (which openraft does on any storage error, for
+/// good); once the disk has room the stalled change lands and new ones are
+/// made again. A broker stopped while a metadata write waits for room stops
+/// at once, and after a restart every topic is there.
 #[test]
 fn a_full_controller_disk_stalls_metadata_changes_until_it_has_room() {
     let dir = tempfile::tempdir().unwrap();
@@ -557,6 +558,11 @@ fn a_full_controller_disk_stalls_metadata_changes_until_it_has_room() {
     let port = free_port_block(1);
     let mut broker = Broker::start_logging_to(&data, 1, port, &[], &log_path);
     let mut client = Client::connect(broker.addr()).unwrap();
+    // A refused change is answered after the broker's forwarding retries.
+    client
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
     assert_eq!(client.create_topic("before", 1, &[]), ErrorCode::None);
 
     let filler = data.join("controller").join("filler");
@@ -593,7 +599,30 @@ fn a_full_controller_disk_stalls_metadata_changes_until_it_has_room() {
     );
     assert!(broker.log().contains("controller storage has room again"));
 
+    // Full again, a change waiting for room: SIGTERM stops the broker
+    // (`stop` fails the test after 20 s).
+    let warned = broker.log().matches("controller storage is full").count();
+    fill_disk(&filler);
+    let addr = broker.addr();
+    let waiting = std::thread::spawn(move || {
+        let mut client = Client::connect(addr).unwrap();
+        for i in 0..200 {
+            if client.create_topic(&format!("late-{i}"), 1, &[]) != ErrorCode::None {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while broker.log().matches("controller storage is full").count() <= warned {
+        assert!(Instant::now() < deadline, "no change waits for room");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stopping = Instant::now();
     broker.stop();
+    assert!(stopping.elapsed() < Duration::from_secs(15));
+    let _ = waiting.join();
+    std::fs::remove_file(&filler).unwrap();
+
     let broker = Broker::start_logging_to(&data, 1, port, &[], &log_path);
     let mut client = Client::connect(broker.addr()).unwrap();
     for topic in ["before", stalled.as_str(), "after"] {

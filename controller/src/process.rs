@@ -70,6 +70,9 @@ pub async fn start(config: &ControllerConfig) -> anyhow::Result<Running> {
 
 impl Running {
     pub async fn stop(self) -> anyhow::Result<()> {
+        // A metadata write waiting for room on a full disk would hold the
+        // Raft core, and with it every task below, until the disk had room.
+        self.node.state_machine.stop_waiting_for_room();
         self.shutdown.send_replace(true);
         self.fencer_task.await.context("fencer task")?;
         self.server_task.await.context("server task")?;

@@ -58,6 +58,27 @@ impl StoreError {
         )
     }
 
+    /// The same failure, no longer one to wait out: for a refusal after
+    /// which the write cannot simply be tried again (a file already
+    /// replaced, a log that could not be cut back).
+    pub(crate) fn settled(self) -> StoreError {
+        match self {
+            StoreError::Io { op, path, source }
+                if matches!(
+                    source.kind(),
+                    io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+                ) =>
+            {
+                StoreError::Io {
+                    op,
+                    path,
+                    source: io::Error::other(source.to_string()),
+                }
+            }
+            other => other,
+        }
+    }
+
     pub(crate) fn into_write_logs(self) -> StorageError<u64> {
         StorageIOError::write_logs(&self).into()
     }

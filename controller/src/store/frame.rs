@@ -97,8 +97,13 @@ pub fn write_atomically(
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
-    fs::rename(&tmp, path).map_err(StoreError::io("rename", path))?;
-    sync_parent_dir(path)
+    if let Err(e) = fs::rename(&tmp, path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(StoreError::io("rename", path)(e));
+    }
+    // The new file is in place: a refusal from here on is no write to try
+    // again (the caller would take the old file for the one standing).
+    sync_parent_dir(path).map_err(StoreError::settled)
 }
 
 /// Reads a file written by `write_atomically`; `None` if it does not exist. Since

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::error::StoreError;
 use crate::store::frame::{self, MAGIC_BYTES};
-use crate::store::full_disk::retry_while_full;
+use crate::store::full_disk::{retry_while_full, RoomWait};
 use crate::store::TypeConfig;
 
 const LOG_FILE_NAME: &str = "raft-log.bin";
@@ -71,6 +71,8 @@ pub struct LogRecovery {
 #[derive(Clone, Debug)]
 pub struct LogStore {
     inner: Arc<Mutex<LogInner>>,
+    /// Shared with the node's state machine store (`store::open`).
+    pub(crate) room: RoomWait,
 }
 
 #[derive(Debug)]
@@ -114,6 +116,7 @@ impl LogStore {
         Ok((
             LogStore {
                 inner: Arc::new(Mutex::new(inner)),
+                room: RoomWait::default(),
             },
             recovery,
         ))
@@ -242,6 +245,7 @@ impl LogInner {
                     .is_ok();
             if !cut_back {
                 self.failed = true;
+                return Err(error.settled());
             }
             return Err(error);
         }
@@ -374,7 +378,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
-        retry_while_full("vote", || self.lock().save_vote(vote))
+        retry_while_full("vote", &self.room, || self.lock().save_vote(vote))
             .await
             .map_err(StoreError::into_write_vote)
     }
@@ -393,7 +397,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
-        let result = retry_while_full("log append", || self.lock().append(&entries)).await;
+        let result =
+            retry_while_full("log append", &self.room, || self.lock().append(&entries)).await;
         // The callback reports durability, so it runs only after `sync_data` returned.
         match result {
             Ok(()) => {
@@ -408,13 +413,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        retry_while_full("log truncation", || self.lock().truncate(log_id.index))
-            .await
-            .map_err(StoreError::into_write_logs)
+        retry_while_full("log truncation", &self.room, || {
+            self.lock().truncate(log_id.index)
+        })
+        .await
+        .map_err(StoreError::into_write_logs)
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        retry_while_full("log purge", || self.lock().purge(log_id))
+        retry_while_full("log purge", &self.room, || self.lock().purge(log_id))
             .await
             .map_err(StoreError::into_write_logs)
     }

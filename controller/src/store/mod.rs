@@ -40,7 +40,11 @@ pub fn open(
     dir: &Path,
     limits: StateLimits,
 ) -> Result<(LogStore, StateMachineStore, LogRecovery), StoreError> {
-    let (log, recovery) = LogStore::open(dir)?;
-    let state_machine = StateMachineStore::open(dir, limits)?;
+    let (mut log, recovery) = LogStore::open(dir)?;
+    let mut state_machine = StateMachineStore::open(dir, limits)?;
+    // One wait for room for the node, given up once for both stores.
+    let room = full_disk::RoomWait::default();
+    log.room = room.clone();
+    state_machine.room = room;
     Ok((log, state_machine, recovery))
 }

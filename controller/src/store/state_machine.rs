@@ -24,7 +24,7 @@ use crate::command::{Outcome, Reply};
 use crate::state::{ClusterState, StateLimits};
 use crate::store::error::StoreError;
 use crate::store::frame::{self, MAGIC_BYTES};
-use crate::store::full_disk::retry_while_full;
+use crate::store::full_disk::{retry_while_full, RoomWait};
 use crate::store::TypeConfig;
 
 const SNAPSHOT_FILE_NAME: &str = "snapshot.bin";
@@ -49,6 +49,8 @@ struct StoredSnapshot {
 #[derive(Clone, Debug)]
 pub struct StateMachineStore {
     inner: Arc<Mutex<StateMachineInner>>,
+    /// Shared with the node's log store (`store::open`).
+    pub(crate) room: RoomWait,
 }
 
 #[derive(Debug)]
@@ -88,7 +90,15 @@ impl StateMachineStore {
         }
         Ok(StateMachineStore {
             inner: Arc::new(Mutex::new(inner)),
+            room: RoomWait::default(),
         })
+    }
+
+    /// The process stops: a write of this node's stores waiting for room on
+    /// a full disk fails now (openraft then stops its core), so the shutdown
+    /// does not wait for the disk.
+    pub fn stop_waiting_for_room(&self) {
+        self.room.give_up();
     }
 
     fn lock(&self) -> MutexGuard<'_, StateMachineInner> {
@@ -201,7 +211,7 @@ fn to_openraft(snapshot: StoredSnapshot) -> Snapshot<TypeConfig> {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
-        let snapshot = retry_while_full("snapshot", || self.lock().build_snapshot())
+        let snapshot = retry_while_full("snapshot", &self.room, || self.lock().build_snapshot())
             .await
             .map_err(StoreError::into_write_snapshot)?;
         Ok(to_openraft(snapshot))
@@ -249,7 +259,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta: meta.clone(),
             data: snapshot.into_inner(),
         };
-        retry_while_full("installed snapshot", || {
+        retry_while_full("installed snapshot", &self.room, || {
             self.lock().install(snapshot.clone(), true)
         })
         .await

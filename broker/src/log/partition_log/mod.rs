@@ -1179,7 +1179,6 @@ impl PartitionLog {
                     }
                 }
             }
-            self.state.borrow_mut().stats.write_latency += latency;
             if let Some(e) = failure {
                 return Err(LogError::io(segment_path(&self.dir, base, LOG_SUFFIX), e));
             }
@@ -1191,7 +1190,10 @@ impl PartitionLog {
             for chunk in &wave {
                 tail.pop_written(chunk.start);
             }
+            // Counted with the writes, for whole waves only: a failed wave's
+            // chunks are all written again.
             state.stats.chunk_writes += wave.len() as u64;
+            state.stats.write_latency += latency;
         }
     }
 
