@@ -139,6 +139,11 @@ impl Consumer {
         Consumer::new(Cluster::connect(bootstrap, client_config).await?, config)
     }
 
+    /// A consumer on `cluster`'s connections. A broker answers the requests
+    /// of one connection in order, so consumers that share a `Cluster` wait
+    /// for each other's fetches: one's empty long poll (up to
+    /// `fetch_wait_ms_max`) holds back another's full answer. Consumers that
+    /// must not wait for each other get a `Cluster` each, as `connect` does.
     pub fn new(cluster: Cluster, config: ConsumerConfig) -> Result<Consumer> {
         config.validate(cluster.config())?;
         Ok(Consumer {

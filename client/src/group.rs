@@ -97,7 +97,9 @@ impl GroupConsumer {
     }
 
     /// Validates `config`; joins the group on the first `poll` after
-    /// `subscribe`.
+    /// `subscribe`. Members of one process that share `cluster` share its
+    /// connections, and with them each other's fetch waits (`Consumer::new`):
+    /// give each member a `Cluster` of its own.
     pub fn new(cluster: Cluster, config: GroupConfig) -> Result<GroupConsumer> {
         config.validate(cluster.config())?;
         let consumer = Consumer::new(cluster.clone(), config.consumer.clone())?;

@@ -271,14 +271,12 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
     let consumer_cluster = Cluster::connect(&config.bootstrap.join(","), client_config)
         .await
         .context("connecting the consumers")?;
-    let consumer_refresher = MetadataRefresher::new(consumer_cluster.clone());
     // Consumers are at the log end (and groups stable) before any producer
     // sends; with `catch_up` they read from there once the warmup is over.
     let (open_gate, gate) = tokio::sync::watch::channel(!config.catch_up);
     let consumers = Consumers::start(
         &config,
         &consumer_cluster,
-        &consumer_refresher,
         &consumer_stats,
         &counters,
         &gate,
@@ -428,13 +426,24 @@ impl Consumers {
     async fn start(
         config: &Arc<RunConfig>,
         cluster: &Cluster,
-        refresher: &MetadataRefresher,
         stats: &[Arc<Mutex<WorkerStats>>],
         counters: &Arc<RideThroughCounters>,
         gate: &tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<Consumers> {
+        // Every consumer has connections of its own, as separate clients
+        // do: a broker answers a connection's requests in order, so on a
+        // shared connection one consumer's empty long poll would hold back
+        // another's full answer (seen as 100 ms, one fetch wait, of
+        // end-to-end latency on the last records of a run).
+        let mut clusters = Vec::with_capacity(stats.len());
+        for _ in stats {
+            let own = Cluster::connect(&config.bootstrap.join(","), cluster.config().clone())
+                .await
+                .context("connecting a consumer")?;
+            clusters.push(own);
+        }
         if config.consumer_group.is_some() {
-            let mut groups = GroupConsumers::start(config, cluster, stats, counters)?;
+            let mut groups = GroupConsumers::start(config, cluster, &clusters, stats, counters)?;
             groups.wait_stable().await?;
             return Ok(Consumers::Groups(groups));
         }
@@ -459,8 +468,8 @@ impl Consumers {
             let (group, index) = (slot / per_group, slot % per_group);
             let task = ConsumerTask {
                 config: config.clone(),
-                cluster: cluster.clone(),
-                refresher: refresher.clone(),
+                cluster: clusters[slot].clone(),
+                refresher: MetadataRefresher::new(clusters[slot].clone()),
                 slots: positions[index]
                     .iter()
                     .enumerate()

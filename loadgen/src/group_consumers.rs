@@ -150,19 +150,23 @@ pub(crate) struct GroupConsumers {
 }
 
 impl GroupConsumers {
-    /// Starts `consumers` members in each group; `stats` holds one entry
-    /// per member, group by group. Members join in the background. They
-    /// share the run's connections, as the assigned consumers do, so the
-    /// two ways of consuming compare like for like.
+    /// Starts `consumers` members in each group; `stats` and `clusters`
+    /// hold one entry per member, group by group (each member has
+    /// connections of its own, as each assigned consumer does, so the two
+    /// ways of consuming compare like for like). Members join in the
+    /// background. `cluster` describes a group that does not settle.
     pub(crate) fn start(
         config: &Arc<RunConfig>,
         cluster: &Cluster,
+        clusters: &[Cluster],
         stats: &[Arc<Mutex<WorkerStats>>],
         counters: &Arc<RideThroughCounters>,
     ) -> anyhow::Result<GroupConsumers> {
         let ids = config.group_ids();
         assert!(!ids.is_empty(), "groups need --consumer-group");
         assert_eq!(stats.len(), ids.len() * config.consumers as usize);
+        assert_eq!(clusters.len(), stats.len());
+        let mut member_clusters = clusters.iter();
         let measuring = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let mut groups = Vec::with_capacity(ids.len());
@@ -174,7 +178,8 @@ impl GroupConsumers {
             let mut tasks = Vec::new();
             for _ in 0..config.consumers {
                 let view = Arc::new(Mutex::new(MemberView::default()));
-                let consumer = GroupConsumer::new(cluster.clone(), group_config(&id))
+                let member_cluster = member_clusters.next().expect("one per member").clone();
+                let consumer = GroupConsumer::new(member_cluster, group_config(&id))
                     .with_context(|| format!("group {id}: configuring a member"))?;
                 let member = GroupMember {
                     config: config.clone(),
