@@ -7,6 +7,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use protocol::flatbuffers::FlatBufferBuilder;
@@ -422,6 +423,22 @@ impl Drop for SmallDisk {
     }
 }
 
+/// A one-shard broker whose data directory has a small tmpfs mounted at
+/// `subdir`, logging to a file: its temporary directory, data directory,
+/// disk, log file, port and the broker.
+fn on_small_disk(
+    subdir: &str,
+    size: &str,
+) -> (tempfile::TempDir, PathBuf, SmallDisk, PathBuf, u16, Broker) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let disk = SmallDisk::mount(&data.join(subdir), size);
+    let log_path = dir.path().join("broker.log");
+    let port = free_port_block(1);
+    let broker = Broker::start_logging_to(&data, 1, port, &[], &log_path);
+    (dir, data, disk, log_path, port, broker)
+}
+
 /// The disk holding the partition logs fills up. Produce is answered
 /// STORAGE_ERROR and the broker log names the cause; fetches of what was
 /// acknowledged are still served; the failing log is warned about once, not
@@ -432,12 +449,7 @@ impl Drop for SmallDisk {
 /// know): it is never acknowledged, and never stored twice.
 #[test]
 fn a_full_data_disk_answers_storage_errors_and_recovers_when_it_has_room() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let disk = SmallDisk::mount(&data.join("topics"), "16m");
-    let log_path = dir.path().join("broker.log");
-    let port = free_port_block(1);
-    let mut broker = Broker::start_logging_to(&data, 1, port, &[], &log_path);
+    let (_dir, data, disk, log_path, port, mut broker) = on_small_disk("topics", "16m");
     let mut client = Client::connect(broker.addr()).unwrap();
     assert_eq!(client.create_topic("t", 1, &[]), ErrorCode::None);
     // Even tags: uncompressed 64 KiB batches, so 16 MiB fill in ~250.
@@ -559,12 +571,7 @@ fn fill_disk(path: &std::path::Path) {
 /// at once, and after a restart every topic is there.
 #[test]
 fn a_full_controller_disk_stalls_metadata_changes_until_it_has_room() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let disk = SmallDisk::mount(&data.join("controller"), "2m");
-    let log_path = dir.path().join("broker.log");
-    let port = free_port_block(1);
-    let mut broker = Broker::start_logging_to(&data, 1, port, &[], &log_path);
+    let (_dir, data, disk, log_path, port, mut broker) = on_small_disk("controller", "2m");
     let mut client = Client::connect(broker.addr()).unwrap();
     // A refused change is answered after the broker's forwarding retries.
     client

@@ -51,11 +51,7 @@ impl StoreError {
     /// The write was refused for want of space (ENOSPC, EDQUOT): an
     /// environment condition that passes, unlike a failed device.
     pub fn is_no_space(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Io { source, .. }
-                if matches!(source.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded)
-        )
+        matches!(self, StoreError::Io { source, .. } if source_is_no_space(source))
     }
 
     /// The same failure, no longer one to wait out: for a refusal after
@@ -63,18 +59,11 @@ impl StoreError {
     /// replaced, a log that could not be cut back).
     pub(crate) fn settled(self) -> StoreError {
         match self {
-            StoreError::Io { op, path, source }
-                if matches!(
-                    source.kind(),
-                    io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-                ) =>
-            {
-                StoreError::Io {
-                    op,
-                    path,
-                    source: io::Error::other(source.to_string()),
-                }
-            }
+            StoreError::Io { op, path, source } if source_is_no_space(&source) => StoreError::Io {
+                op,
+                path,
+                source: io::Error::other(source.to_string()),
+            },
             other => other,
         }
     }
@@ -90,4 +79,11 @@ impl StoreError {
     pub(crate) fn into_write_snapshot(self) -> StorageError<u64> {
         StorageIOError::write_snapshot(None, &self).into()
     }
+}
+
+fn source_is_no_space(source: &io::Error) -> bool {
+    matches!(
+        source.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
 }
