@@ -7,6 +7,7 @@ use std::fs;
 use std::path::Path;
 
 use broker::log::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use broker::log::journal::{JournalSeq, RecordBody, RecordSpec, RingWriter};
 use broker::log::producer_state::ProducerStateTable;
 use broker::log::txn_index::{AbortedIndex, AbortedTxn};
 use protocol::record_batch::{stamp, stamp_producer};
@@ -144,6 +145,43 @@ fn main() -> std::io::Result<()> {
             ("empty", AbortedIndex::encode_file(&[])),
             ("two-aborts", AbortedIndex::encode_file(&aborted)),
         ],
+    )?;
+
+    // Journal rounds, numbered from 0 as the target expects: a write and a
+    // fence, then a second round of two logs.
+    let mut ring = RingWriter::new(64 * 1024, JournalSeq(0)).expect("ring size");
+    let chunk = vec![7u8; 4096];
+    let first = ring
+        .round(&[
+            RecordSpec {
+                log: "orders-0",
+                body: RecordBody::Write {
+                    segment_base: Offset(0),
+                    position: 0,
+                    bytes: &chunk,
+                },
+            },
+            RecordSpec {
+                log: "orders-1",
+                body: RecordBody::Fence,
+            },
+        ])
+        .expect("round fits");
+    let second = ring
+        .round(&[RecordSpec {
+            log: "orders-1",
+            body: RecordBody::Write {
+                segment_base: Offset(100),
+                position: 8192,
+                bytes: &chunk,
+            },
+        }])
+        .expect("round fits");
+    let mut two_rounds = first.bytes.clone();
+    two_rounds.extend_from_slice(&second.bytes);
+    write(
+        &root.join("journal_scan"),
+        &[("one-round", first.bytes), ("two-rounds", two_rounds)],
     )
 }
 

@@ -8,6 +8,7 @@ pub mod config;
 mod create;
 pub mod error;
 pub mod index;
+pub mod journal;
 mod partition_log;
 pub mod policy;
 pub mod producer_state;
