@@ -30,6 +30,8 @@ pub enum ServerError {
         path: String,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Journal(String),
     #[error("data dir {0} is in use by another broker")]
     DataDirLocked(String),
     #[error("embedded controller: {0}")]
@@ -90,12 +92,27 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
         path: dir.clone(),
         source,
     })?;
+    // The shard journals' records go back into their segment files before
+    // any log opens, and those logs are rescanned even if closed cleanly.
+    let replayed = crate::log::journal_replay::replay_journals(&config.data_dir)
+        .map_err(|e| ServerError::Journal(e.to_string()))?;
+    if replayed.records > 0 {
+        tracing::info!(
+            rings = replayed.rings,
+            records = replayed.records,
+            writes = replayed.writes,
+            skipped_missing = replayed.skipped_missing,
+            logs = replayed.logs.len(),
+            "journal replayed"
+        );
+    }
     // Removed durably before any log opens: a crash from here on rescans.
-    let clean_logs =
+    let mut clean_logs =
         crate::log::take_clean_logs(&config.data_dir).map_err(|source| ServerError::DataDir {
             path: dir.clone(),
             source,
         })?;
+    clean_logs.retain(|name| !replayed.logs.contains(name));
     let clean_logs = Arc::new(clean_logs);
     let mut config = config;
     let embedded = if config.controllers.is_empty() {

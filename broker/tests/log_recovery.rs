@@ -672,3 +672,79 @@ fn space_allocated_ahead_of_the_writes_is_cut_after_a_crash_and_trimmed_at_close
     let report = verify(dir.path());
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+/// The tail of a segment lost in a crash (its writes never synced) comes back
+/// from a shard journal replayed at start: the log recovers every batch,
+/// where the same loss without the journal leaves only the batches before it.
+#[test]
+fn a_journal_replayed_at_start_restores_a_tail_the_segment_lost() {
+    use broker::log::journal::{
+        JournalSeq, RecordBody, RecordSpec, RingWriter, JOURNAL_BLOCK_BYTES,
+    };
+    use broker::log::journal_replay::{replay_journals, JOURNAL_DIR, JOURNAL_SUFFIX};
+
+    let lose_tail = |data: &Path| -> (PathBuf, i64, u64, Vec<u8>) {
+        let dir = data.join("topics").join("t-0");
+        std::fs::create_dir_all(&dir).unwrap();
+        build_log(&dir);
+        let active = segment_files(&dir).pop().unwrap();
+        let bytes = std::fs::read(&active).unwrap();
+        let positions = batch_positions(&active);
+        let base = positions[0].1;
+        let cut = positions[positions.len() / 2].0 / JOURNAL_BLOCK_BYTES * JOURNAL_BLOCK_BYTES;
+        let mut chunk = bytes[cut as usize..].to_vec();
+        chunk.resize(
+            chunk.len().next_multiple_of(JOURNAL_BLOCK_BYTES as usize),
+            0,
+        );
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&active)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        simulate_crash(&dir);
+        // The recovery point only ever vouches for what the segment files
+        // hold synced, never for what only the journal holds.
+        let _ = std::fs::remove_file(dir.join("recovery-point"));
+        (dir, base, cut, chunk)
+    };
+
+    let without = tempfile::tempdir().unwrap();
+    let (dir, _, _, _) = lose_tail(without.path());
+    let (_, lost_end, _) = reopen_and_read(&dir);
+
+    let with = tempfile::tempdir().unwrap();
+    let (dir, base, cut, chunk) = lose_tail(with.path());
+    let journal_dir = with.path().join(JOURNAL_DIR);
+    std::fs::create_dir_all(&journal_dir).unwrap();
+    let mut ring = RingWriter::new(64 * 1024, JournalSeq(1)).unwrap();
+    let mut image = vec![0u8; 64 * 1024];
+    image[..JOURNAL_BLOCK_BYTES as usize].copy_from_slice(&ring.header().encode_block(None));
+    let round = ring
+        .round(&[RecordSpec {
+            log: "t-0",
+            body: RecordBody::Write {
+                segment_base: Offset(base),
+                position: cut,
+                bytes: &chunk,
+            },
+        }])
+        .unwrap();
+    let at = round.position as usize;
+    image[at..at + round.bytes.len()].copy_from_slice(&round.bytes);
+    std::fs::write(journal_dir.join(format!("shard-0.{JOURNAL_SUFFIX}")), image).unwrap();
+
+    let report = replay_journals(with.path()).unwrap();
+    assert_eq!(report.writes, 1);
+    let (start, end, bases) = reopen_and_read(&dir);
+    let full_end = (BATCHES * RECORDS as u64) as i64;
+    assert!(
+        lost_end.0 < full_end,
+        "the cut lost batches without the journal"
+    );
+    assert_eq!((start, end), (Offset(0), Offset(full_end)));
+    assert_eq!(bases, all_bases_below(full_end));
+    let verified = verify(&dir);
+    assert!(verified.problems.is_empty(), "{:?}", verified.problems);
+}

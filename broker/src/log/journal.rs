@@ -316,6 +316,27 @@ impl RingWriter {
         })
     }
 
+    /// A writer that goes on after `scan` of an existing ring, with its
+    /// records already replayed: nothing is live, the next round goes after
+    /// them, and the header it must write first says so
+    /// ([`release_to`](Self::release_to) of [`mark`](Self::mark)).
+    pub fn resume(scan: &Scan<'_>) -> RingWriter {
+        let head = if scan.next.position >= scan.header.ring_bytes {
+            RingPosition {
+                position: JOURNAL_BLOCK_BYTES,
+                seq: scan.next.seq,
+            }
+        } else {
+            scan.next
+        };
+        RingWriter {
+            header: scan.header,
+            head,
+            written_bytes: 0,
+            start_written_bytes: 0,
+        }
+    }
+
     pub fn header(&self) -> JournalHeader {
         self.header
     }
@@ -483,7 +504,7 @@ fn record_at(ring: &[u8], at: u64, expected: JournalSeq) -> Option<(Record<'_>, 
 /// valid CRC, found where the record before it ended, at the next block (a
 /// new round) or at the start of the record area (a round that wrapped).
 /// The first place none is found ends them.
-pub fn scan(ring: &[u8]) -> Result<(JournalHeader, Vec<Record<'_>>), JournalError> {
+pub fn scan(ring: &[u8]) -> Result<Scan<'_>, JournalError> {
     let header_block = ring
         .get(..JOURNAL_BLOCK_BYTES as usize)
         .ok_or(JournalError::Header {
@@ -517,7 +538,28 @@ pub fn scan(ring: &[u8]) -> Result<(JournalHeader, Vec<Record<'_>>), JournalErro
         at = end;
         expected = JournalSeq(expected.0 + 1);
     }
-    Ok((header, records))
+    let next = if records.is_empty() {
+        header.start
+    } else {
+        RingPosition {
+            position: at.next_multiple_of(JOURNAL_BLOCK_BYTES),
+            seq: expected,
+        }
+    };
+    Ok(Scan {
+        header,
+        records,
+        next,
+    })
+}
+
+/// What a scan found: the header in force, the live records, and where a
+/// round after them would go (so a writer resumes past them).
+#[derive(Debug)]
+pub struct Scan<'a> {
+    pub header: JournalHeader,
+    pub records: Vec<Record<'a>>,
+    pub next: RingPosition,
 }
 
 /// The records replay writes, in journal order: every log's writes after
@@ -604,7 +646,7 @@ mod tests {
             .unwrap();
         image.write(fence.position, &fence.bytes);
 
-        let (_, records) = scan(&image.bytes).unwrap();
+        let records = scan(&image.bytes).unwrap().records;
         assert_eq!(records.len(), 3);
         assert_eq!(records[0].seq, JournalSeq(7));
         assert_eq!(records[2].body, RecordBody::Fence);
@@ -778,7 +820,8 @@ mod tests {
                 }
                 expected.truncate(live.len() - count + kept);
             }
-            let (header, records) = scan(&image.bytes).unwrap();
+            let found = scan(&image.bytes).unwrap();
+            let (header, records) = (found.header, &found.records);
             prop_assert_eq!(header, writer.header());
             prop_assert_eq!(records.len(), expected.len());
             for (record, (seq, log, body)) in records.iter().zip(&expected) {

@@ -9,6 +9,7 @@ mod create;
 pub mod error;
 pub mod index;
 pub mod journal;
+pub mod journal_replay;
 mod partition_log;
 pub mod policy;
 pub mod producer_state;
