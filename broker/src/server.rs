@@ -92,8 +92,16 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
         path: dir.clone(),
         source,
     })?;
+    // Removed durably before any log opens: a crash from here on rescans.
+    let mut clean_logs =
+        crate::log::take_clean_logs(&config.data_dir).map_err(|source| ServerError::DataDir {
+            path: dir.clone(),
+            source,
+        })?;
     // The shard journals' records go back into their segment files before
-    // any log opens, and those logs are rescanned even if closed cleanly.
+    // any log opens, and those logs are rescanned even if closed cleanly
+    // (after the record above is taken, so a crash between the two cannot
+    // leave a log written into and still listed as clean).
     let replayed = crate::log::journal_replay::replay_journals(&config.data_dir)
         .map_err(|e| ServerError::Journal(e.to_string()))?;
     if replayed.records > 0 {
@@ -106,12 +114,6 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
             "journal replayed"
         );
     }
-    // Removed durably before any log opens: a crash from here on rescans.
-    let mut clean_logs =
-        crate::log::take_clean_logs(&config.data_dir).map_err(|source| ServerError::DataDir {
-            path: dir.clone(),
-            source,
-        })?;
     clean_logs.retain(|name| !replayed.logs.contains(name));
     let clean_logs = Arc::new(clean_logs);
     let mut config = config;

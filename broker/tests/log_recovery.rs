@@ -703,7 +703,7 @@ fn a_journal_replayed_at_start_restores_a_tail_the_segment_lost() {
             .unwrap()
             .set_len(cut)
             .unwrap();
-        simulate_crash(&dir);
+        // The clean-shutdown marker stays: replay must take it away.
         // The recovery point only ever vouches for what the segment files
         // hold synced, never for what only the journal holds.
         let _ = std::fs::remove_file(dir.join("recovery-point"));
@@ -712,13 +712,14 @@ fn a_journal_replayed_at_start_restores_a_tail_the_segment_lost() {
 
     let without = tempfile::tempdir().unwrap();
     let (dir, _, _, _) = lose_tail(without.path());
+    simulate_crash(&dir);
     let (_, lost_end, _) = reopen_and_read(&dir);
 
     let with = tempfile::tempdir().unwrap();
     let (dir, base, cut, chunk) = lose_tail(with.path());
     let journal_dir = with.path().join(JOURNAL_DIR);
     std::fs::create_dir_all(&journal_dir).unwrap();
-    let mut ring = RingWriter::new(64 * 1024, JournalSeq(1)).unwrap();
+    let mut ring = RingWriter::new(64 * 1024, JournalSeq(1), 0x1d).unwrap();
     let mut image = vec![0u8; 64 * 1024];
     image[..JOURNAL_BLOCK_BYTES as usize].copy_from_slice(&ring.header().encode_block(None));
     let round = ring
@@ -737,6 +738,10 @@ fn a_journal_replayed_at_start_restores_a_tail_the_segment_lost() {
 
     let report = replay_journals(with.path()).unwrap();
     assert_eq!(report.writes, 1);
+    assert!(
+        !dir.join("clean-shutdown").exists(),
+        "a log replay wrote into is rescanned"
+    );
     let (start, end, bases) = reopen_and_read(&dir);
     let full_end = (BATCHES * RECORDS as u64) as i64;
     assert!(

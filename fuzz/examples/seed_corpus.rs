@@ -149,7 +149,8 @@ fn main() -> std::io::Result<()> {
 
     // Journal rounds, numbered from 0 as the target expects: a write and a
     // fence, then a second round of two logs.
-    let mut ring = RingWriter::new(64 * 1024, JournalSeq(0)).expect("ring size");
+    // The id must be the target's `FUZZ_RING_ID`.
+    let mut ring = RingWriter::new(64 * 1024, JournalSeq(0), 0xf022).expect("ring size");
     let chunk = vec![7u8; 4096];
     let first = ring
         .round(&[

@@ -14,8 +14,13 @@ use broker::log::journal::{
 };
 use libfuzzer_sys::fuzz_target;
 
+/// The id the seed corpus's rounds carry (`cargo run --example seed_corpus`).
+const FUZZ_RING_ID: u64 = 0xf022;
+
 fuzz_target!(|data: &[u8]| {
     let _ = JournalHeader::decode_block(data);
+    // Header and records together, as found on disk.
+    let _ = scan(data).map(|found| replay_plan(&found.records).len());
 
     // The seeds' rounds are numbered from 0 (`cargo run --example seed_corpus`).
     let first_seq = 0u64;
@@ -23,7 +28,8 @@ fuzz_target!(|data: &[u8]| {
     let ring_bytes = area
         .next_multiple_of(JOURNAL_BLOCK_BYTES)
         .max(JOURNAL_RING_BYTES_MIN);
-    let writer = RingWriter::new(ring_bytes, JournalSeq(first_seq)).expect("valid ring size");
+    let writer =
+        RingWriter::new(ring_bytes, JournalSeq(first_seq), FUZZ_RING_ID).expect("valid ring size");
     let mut ring = vec![0u8; ring_bytes as usize];
     ring[..JOURNAL_BLOCK_BYTES as usize].copy_from_slice(&writer.header().encode_block(None));
     let at = JOURNAL_BLOCK_BYTES as usize;

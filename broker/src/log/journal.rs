@@ -15,16 +15,20 @@
 //! leaves the older copy). Records follow, packed back to back within a
 //! round; each round starts on a block boundary, at the head, or at the
 //! start of the record area when it does not fit before the ring's end.
-//! Every record carries a sequence number one above the one before it and a
-//! CRC-32C over all of it, so a scan from the header's start accepts exactly
-//! the records written since: a torn round, or a record left over from an
-//! earlier lap, ends it.
+//! Every record carries a sequence number one above the one before it, the
+//! ring's id and a CRC-32C over all of it, so a scan from the header's start
+//! accepts exactly the records written since: a torn round, or a record left
+//! over from an earlier lap, ends it. The id is random, never leaves the
+//! file, and changes whenever a ring is made or resumed after a start: a
+//! record-shaped block inside a chunk (producers' bytes) cannot pass for a
+//! record, and nothing written before a start can be read as written after
+//! it, however a torn round's sectors landed.
 
 use protocol::Offset;
 
 /// The unit of every journal write: rounds start on it and are padded to it.
 pub const JOURNAL_BLOCK_BYTES: u64 = 4096;
-pub const RECORD_HEADER_BYTES: usize = 40;
+pub const RECORD_HEADER_BYTES: usize = 48;
 /// A log's directory name as a record carries it.
 pub const JOURNAL_LOG_NAME_BYTES_MAX: usize = 255;
 /// The largest chunk image one record carries (a tail chunk is at most 1 MiB).
@@ -36,7 +40,10 @@ const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"RLJR");
 const HEADER_MAGIC: u32 = u32::from_le_bytes(*b"RLJH");
 const HEADER_VERSION: u32 = 1;
 const HEADER_SLOT_BYTES: usize = 512;
-const HEADER_BYTES: usize = 48;
+const HEADER_BYTES: usize = 56;
+/// Sequence numbers and generations stay far below where adding to them
+/// could overflow; a header claiming more is damaged.
+const COUNTER_MAX: u64 = u64::MAX / 2;
 const KIND_WRITE: u8 = 1;
 const KIND_FENCE: u8 = 2;
 
@@ -96,6 +103,8 @@ pub struct JournalHeader {
     pub generation: u64,
     pub ring_bytes: u64,
     pub start: RingPosition,
+    /// Every live record carries it.
+    pub ring_id: u64,
 }
 
 fn check_ring_bytes(ring_bytes: u64) -> Result<(), JournalError> {
@@ -140,6 +149,7 @@ impl JournalHeader {
         out[24..32].copy_from_slice(&self.ring_bytes.to_le_bytes());
         out[32..40].copy_from_slice(&self.start.position.to_le_bytes());
         out[40..48].copy_from_slice(&self.start.seq.0.to_le_bytes());
+        out[48..56].copy_from_slice(&self.ring_id.to_le_bytes());
         let crc = crc32c::crc32c(&out[8..]);
         out[4..8].copy_from_slice(&crc.to_le_bytes());
         out
@@ -163,9 +173,12 @@ impl JournalHeader {
                 position: word(32),
                 seq: JournalSeq(word(40)),
             },
+            ring_id: word(48),
         };
         let start = header.start.position;
         let valid = check_ring_bytes(header.ring_bytes).is_ok()
+            && header.generation < COUNTER_MAX
+            && header.start.seq.0 < COUNTER_MAX
             && start >= JOURNAL_BLOCK_BYTES
             && start < header.ring_bytes
             && start.is_multiple_of(JOURNAL_BLOCK_BYTES);
@@ -238,7 +251,7 @@ impl RecordSpec<'_> {
         Ok(())
     }
 
-    fn encode_into(&self, seq: JournalSeq, out: &mut Vec<u8>) {
+    fn encode_into(&self, seq: JournalSeq, ring_id: u64, out: &mut Vec<u8>) {
         let start = out.len();
         let (kind, base, position, bytes): (u8, i64, u64, &[u8]) = match self.body {
             RecordBody::Write {
@@ -257,6 +270,7 @@ impl RecordSpec<'_> {
         out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
         out.extend_from_slice(&base.to_le_bytes());
         out.extend_from_slice(&position.to_le_bytes());
+        out.extend_from_slice(&ring_id.to_le_bytes());
         out.extend_from_slice(self.log.as_bytes());
         out.extend_from_slice(bytes);
         let crc = crc32c::crc32c(&out[start + 8..]);
@@ -297,8 +311,13 @@ pub struct RingWriter {
 }
 
 impl RingWriter {
-    /// A ring with nothing live, its first record numbered `first_seq`.
-    pub fn new(ring_bytes: u64, first_seq: JournalSeq) -> Result<RingWriter, JournalError> {
+    /// A ring with nothing live, its first record numbered `first_seq`, its
+    /// records carrying `ring_id` (random: see the module's comment).
+    pub fn new(
+        ring_bytes: u64,
+        first_seq: JournalSeq,
+        ring_id: u64,
+    ) -> Result<RingWriter, JournalError> {
         check_ring_bytes(ring_bytes)?;
         let start = RingPosition {
             position: JOURNAL_BLOCK_BYTES,
@@ -309,6 +328,7 @@ impl RingWriter {
                 generation: 0,
                 ring_bytes,
                 start,
+                ring_id,
             },
             head: start,
             written_bytes: 0,
@@ -316,11 +336,13 @@ impl RingWriter {
         })
     }
 
-    /// A writer that goes on after `scan` of an existing ring, with its
-    /// records already replayed: nothing is live, the next round goes after
-    /// them, and the header it must write first says so
-    /// ([`release_to`](Self::release_to) of [`mark`](Self::mark)).
-    pub fn resume(scan: &Scan<'_>) -> RingWriter {
+    /// A writer that goes on after `scan` of an existing ring whose records
+    /// are all replayed: nothing is live, the next round goes after them,
+    /// and its records carry `ring_id` (a new random id). Returns the header
+    /// block that says so, which must be written durably before any round:
+    /// until then a crash finds the old header and replays the same records
+    /// again, into files nothing has changed since.
+    pub fn resume(scan: &Scan<'_>, ring_id: u64) -> (RingWriter, Vec<u8>) {
         let head = if scan.next.position >= scan.header.ring_bytes {
             RingPosition {
                 position: JOURNAL_BLOCK_BYTES,
@@ -329,12 +351,14 @@ impl RingWriter {
         } else {
             scan.next
         };
-        RingWriter {
+        let mut writer = RingWriter {
             header: scan.header,
             head,
             written_bytes: 0,
             start_written_bytes: 0,
-        }
+        };
+        let block = writer.release_with_id(writer.mark(), ring_id);
+        (writer, block)
     }
 
     pub fn header(&self) -> JournalHeader {
@@ -392,7 +416,11 @@ impl RingWriter {
         let mut bytes = Vec::with_capacity(round_bytes as usize);
         let first_seq = self.head.seq;
         for (i, record) in records.iter().enumerate() {
-            record.encode_into(JournalSeq(first_seq.0 + i as u64), &mut bytes);
+            record.encode_into(
+                JournalSeq(first_seq.0 + i as u64),
+                self.header.ring_id,
+                &mut bytes,
+            );
         }
         bytes.resize(round_bytes as usize, 0);
         self.written_bytes += needed_bytes;
@@ -423,6 +451,10 @@ impl RingWriter {
     /// durably before the room is used: until then a crash finds the old
     /// header, whose records are all still in place.
     pub fn release_to(&mut self, mark: RingMark) -> Vec<u8> {
+        self.release_with_id(mark, self.header.ring_id)
+    }
+
+    fn release_with_id(&mut self, mark: RingMark, ring_id: u64) -> Vec<u8> {
         assert!(
             mark.written_bytes >= self.start_written_bytes,
             "marks are released in order"
@@ -441,21 +473,52 @@ impl RingWriter {
                 position,
                 seq: mark.head.seq,
             },
+            ring_id,
         };
         self.start_written_bytes = mark.written_bytes;
         self.header.encode_block(Some(&previous))
     }
 }
 
+enum Found<'a> {
+    Record(Record<'a>, u64),
+    /// Not the expected record: another's bytes, zeros, a stale one.
+    Absent,
+    /// The expected record's header is there and the record is not whole:
+    /// a torn round. Nothing after it was acknowledged.
+    Torn,
+}
+
 /// Decodes the record at `at` if it is whole and is the one expected next.
-fn record_at(ring: &[u8], at: u64, expected: JournalSeq) -> Option<(Record<'_>, u64)> {
-    let at = usize::try_from(at).ok()?;
-    let head = ring.get(at..at.checked_add(RECORD_HEADER_BYTES)?)?;
+fn record_at(ring: &[u8], at: u64, expected: JournalSeq, ring_id: u64) -> Found<'_> {
+    let Some(at) = usize::try_from(at).ok() else {
+        return Found::Absent;
+    };
+    let Some(head) = at
+        .checked_add(RECORD_HEADER_BYTES)
+        .and_then(|end| ring.get(at..end))
+    else {
+        return Found::Absent;
+    };
     let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
     let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
-    if u32_at(0) != RECORD_MAGIC || u64_at(8) != expected.0 {
-        return None;
+    if u32_at(0) != RECORD_MAGIC || u64_at(8) != expected.0 || u64_at(40) != ring_id {
+        return Found::Absent;
     }
+    match whole_record(ring, at, head, expected) {
+        Some((record, end)) => Found::Record(record, end),
+        None => Found::Torn,
+    }
+}
+
+fn whole_record<'a>(
+    ring: &'a [u8],
+    at: usize,
+    head: &[u8],
+    expected: JournalSeq,
+) -> Option<(Record<'a>, u64)> {
+    let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
+    let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
     let kind = head[16];
     let reserved = head[17];
     let log_len = u16::from_le_bytes([head[18], head[19]]) as usize;
@@ -522,21 +585,28 @@ pub fn scan(ring: &[u8]) -> Result<Scan<'_>, JournalError> {
     // At most one record per 40 bytes of the record area: a bound on the
     // loop whatever the bytes say.
     let records_max = (ring.len() / RECORD_HEADER_BYTES) + 1;
-    while records.len() < records_max {
+    'records: while records.len() < records_max {
         let candidates = [
             at,
             at.next_multiple_of(JOURNAL_BLOCK_BYTES),
             JOURNAL_BLOCK_BYTES,
         ];
-        let Some((record, end)) = candidates
-            .iter()
-            .find_map(|&candidate| record_at(ring, candidate, expected))
-        else {
-            break;
-        };
-        records.push(record);
-        at = end;
-        expected = JournalSeq(expected.0 + 1);
+        for candidate in candidates {
+            match record_at(ring, candidate, expected, header.ring_id) {
+                Found::Record(record, end) => {
+                    records.push(record);
+                    at = end;
+                    let Some(next) = expected.0.checked_add(1) else {
+                        break 'records;
+                    };
+                    expected = JournalSeq(next);
+                    continue 'records;
+                }
+                Found::Torn => break 'records,
+                Found::Absent => {}
+            }
+        }
+        break;
     }
     let next = if records.is_empty() {
         header.start
@@ -588,6 +658,7 @@ mod tests {
     use proptest::prelude::*;
 
     const RING_BYTES: u64 = 64 * 1024;
+    const RING_ID: u64 = 0x005e_ed1d;
 
     /// A ring image as a file would hold it after the writer's writes.
     struct Image {
@@ -614,7 +685,7 @@ mod tests {
 
     #[test]
     fn a_round_reads_back_and_fences_hide_what_came_before() {
-        let mut writer = RingWriter::new(RING_BYTES, JournalSeq(7)).unwrap();
+        let mut writer = RingWriter::new(RING_BYTES, JournalSeq(7), RING_ID).unwrap();
         let mut image = Image::new(&writer);
         let (a, b) = (chunk(1, 1), chunk(2, 2));
         let round = writer
@@ -665,7 +736,7 @@ mod tests {
 
     #[test]
     fn bad_names_and_unaligned_chunks_are_refused_before_anything_is_written() {
-        let mut writer = RingWriter::new(RING_BYTES, JournalSeq(0)).unwrap();
+        let mut writer = RingWriter::new(RING_BYTES, JournalSeq(0), RING_ID).unwrap();
         let bytes = [0u8; 100];
         for (log, position, len) in [
             ("../x", 0, 4096),
@@ -686,14 +757,118 @@ mod tests {
         }
         assert_eq!(writer.head().seq, JournalSeq(0));
         assert_eq!(
-            RingWriter::new(1000, JournalSeq(0)).unwrap_err(),
+            RingWriter::new(1000, JournalSeq(0), RING_ID).unwrap_err(),
             JournalError::RingSize { ring_bytes: 1000 }
         );
     }
 
+    fn write_spec<'a>(log: &'a str, position: u64, bytes: &'a [u8]) -> RecordSpec<'a> {
+        RecordSpec {
+            log,
+            body: RecordBody::Write {
+                segment_base: Offset(0),
+                position,
+                bytes,
+            },
+        }
+    }
+
+    /// A round's first sector lost and the rest landed: nothing of it is
+    /// read, and after a resume the old records that survived further on
+    /// cannot pass for the new rounds' (they carry the old id), even where
+    /// their sequence numbers are the ones expected next.
+    #[test]
+    fn records_of_a_torn_round_never_come_back_after_a_resume() {
+        let mut writer = RingWriter::new(RING_BYTES, JournalSeq(0), RING_ID).unwrap();
+        let mut image = Image::new(&writer);
+        // Fence records of 64 bytes: the 65th starts a block after the first.
+        let name = "a-log-name-of-16";
+        let fences: Vec<RecordSpec> = (0..70)
+            .map(|_| RecordSpec {
+                log: name,
+                body: RecordBody::Fence,
+            })
+            .collect();
+        assert_eq!(RECORD_HEADER_BYTES + name.len(), 64);
+        let round = writer.round(&fences).unwrap();
+        image.write(round.position, &round.bytes);
+        image.write(round.position, &[0u8; 512]);
+        let found = scan(&image.bytes).unwrap();
+        assert!(found.records.is_empty());
+
+        let (mut resumed, block) = RingWriter::resume(&found, RING_ID + 1);
+        image.write(0, &block);
+        // 64 records of the new round end where old record 64 begins.
+        let again = resumed.round(&fences[..64]).unwrap();
+        assert_eq!(again.position, round.position);
+        assert_eq!(again.first_seq, JournalSeq(0));
+        image.write(again.position, &again.bytes[..JOURNAL_BLOCK_BYTES as usize]);
+        let found = scan(&image.bytes).unwrap();
+        assert_eq!(found.records.len(), 64, "old record 64 is not read as new");
+
+        // The same, had the id not changed: the old records are taken.
+        let mut same_id = image.bytes.clone();
+        same_id[..JOURNAL_BLOCK_BYTES as usize]
+            .copy_from_slice(&writer.header().encode_block(None));
+        let mut again_old_id = RingWriter::new(RING_BYTES, JournalSeq(0), RING_ID).unwrap();
+        let first = again_old_id.round(&fences[..64]).unwrap();
+        same_id[first.position as usize..first.position as usize + JOURNAL_BLOCK_BYTES as usize]
+            .copy_from_slice(&first.bytes[..JOURNAL_BLOCK_BYTES as usize]);
+        assert!(scan(&same_id).unwrap().records.len() > 64);
+    }
+
+    /// A producer's bytes shaped like a record, inside a chunk where a scan
+    /// looks for the next round, are not taken: the producer cannot know
+    /// the ring's id.
+    #[test]
+    fn a_record_forged_inside_a_chunk_is_not_read() {
+        let mut writer = RingWriter::new(RING_BYTES, JournalSeq(10), RING_ID).unwrap();
+        let mut image = Image::new(&writer);
+        let small = writer
+            .round(&[RecordSpec {
+                log: "t-0",
+                body: RecordBody::Fence,
+            }])
+            .unwrap();
+        image.write(small.position, &small.bytes);
+        // What a scan tries next: the block after the round. A stale chunk
+        // there holds a record-shaped block numbered as the next record.
+        let forge = |ring_id: u64| {
+            let mut forger = RingWriter::new(RING_BYTES, JournalSeq(11), ring_id).unwrap();
+            let chunk = vec![0xab; JOURNAL_BLOCK_BYTES as usize];
+            forger.round(&[write_spec("t-1", 0, &chunk)]).unwrap().bytes
+        };
+        let next_block = small.position + JOURNAL_BLOCK_BYTES;
+        image.write(next_block, &forge(RING_ID ^ 0xdead_beef));
+        assert_eq!(scan(&image.bytes).unwrap().records.len(), 1);
+        // Knowing the id, it would have been.
+        image.write(next_block, &forge(RING_ID));
+        assert_eq!(scan(&image.bytes).unwrap().records.len(), 2);
+    }
+
+    #[test]
+    fn headers_with_counters_near_overflow_are_refused() {
+        let writer = RingWriter::new(RING_BYTES, JournalSeq(0), RING_ID).unwrap();
+        for header in [
+            JournalHeader {
+                generation: u64::MAX,
+                ..writer.header()
+            },
+            JournalHeader {
+                start: RingPosition {
+                    position: JOURNAL_BLOCK_BYTES,
+                    seq: JournalSeq(u64::MAX),
+                },
+                ..writer.header()
+            },
+        ] {
+            assert!(JournalHeader::decode_block(&header.encode_block(None)).is_err());
+        }
+    }
+
     #[test]
     fn a_torn_header_write_leaves_the_older_header() {
-        let mut writer = RingWriter::new(RING_BYTES, JournalSeq(0)).unwrap();
+        let mut writer = RingWriter::new(RING_BYTES, JournalSeq(0), RING_ID).unwrap();
         let first = writer.header();
         let mark = writer.mark();
         let block = writer.release_to(mark);
@@ -736,7 +911,7 @@ mod tests {
             steps in prop::collection::vec(step(), 1..80),
             tear in prop::option::of((any::<prop::sample::Index>(), any::<u8>())),
         ) {
-            let mut writer = RingWriter::new(RING_BYTES, JournalSeq(first_seq)).unwrap();
+            let mut writer = RingWriter::new(RING_BYTES, JournalSeq(first_seq), RING_ID).unwrap();
             let mut image = Image::new(&writer);
             let mut live: Vec<ModelRecord> = Vec::new();
             let mut last_round: Option<(RoundWrite, usize)> = None;

@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::checkpoint::sync_dir;
+use super::checkpoint::{sync_dir, CLEAN_SHUTDOWN_FILE};
 use super::journal::{replay_plan, scan, JournalError, RecordBody, RingWriter};
 use super::segment::{segment_path, LOG_SUFFIX};
 
@@ -116,10 +116,25 @@ pub fn replay_journals(data_dir: &Path) -> Result<ReplayReport, ReplayError> {
                 .and_then(|f| f.sync_data())
                 .map_err(io_error(path))?;
         }
+        // A log written into is rescanned at open, whatever its own clean
+        // marker says; removed durably before the ring forgets the records.
+        for log in found
+            .records
+            .iter()
+            .filter(|r| report.logs.contains(r.log))
+            .map(|r| r.log)
+            .collect::<BTreeSet<_>>()
+        {
+            let dir = topics.join(log);
+            match fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE)) {
+                Ok(()) => sync_dir(&dir).map_err(io_error(&dir))?,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error(&dir)(e)),
+            }
+        }
         // Only now may the ring forget them: its new header says nothing is
         // live, and the next round goes after what was just replayed.
-        let mut writer = RingWriter::resume(&found);
-        let header_block = writer.release_to(writer.mark());
+        let (_, header_block) = RingWriter::resume(&found, crate::runtime::random_u64());
         let file = OpenOptions::new()
             .write(true)
             .open(&ring_path)
@@ -147,7 +162,7 @@ mod tests {
         let dir = data_dir.join(JOURNAL_DIR);
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{name}.{JOURNAL_SUFFIX}"));
-        let writer = RingWriter::new(RING_BYTES, JournalSeq(1)).unwrap();
+        let writer = RingWriter::new(RING_BYTES, JournalSeq(1), 77).unwrap();
         let mut bytes = vec![0u8; RING_BYTES as usize];
         bytes[..JOURNAL_BLOCK_BYTES as usize].copy_from_slice(&writer.header().encode_block(None));
         fs::write(&path, bytes).unwrap();
@@ -233,7 +248,9 @@ mod tests {
         // A ring resumed after replay takes new rounds that a scan finds.
         let bytes = fs::read(&ring).unwrap();
         let found = scan(&bytes).unwrap();
-        let mut resumed = RingWriter::resume(&found);
+        let (mut resumed, header_block) = RingWriter::resume(&found, 78);
+        let file = OpenOptions::new().write(true).open(&ring).unwrap();
+        file.write_all_at(&header_block, 0).unwrap();
         write_round(&ring, &mut resumed, &[write("t-1", 500, 0, &one)]);
         let after = replay_journals(data.path()).unwrap();
         assert_eq!((after.records, after.writes), (1, 1));

@@ -16,6 +16,7 @@ pub mod producer_state;
 mod recovery;
 pub mod scan;
 pub mod segment;
+pub mod shard_journal;
 mod swap;
 mod tail;
 pub mod txn_index;

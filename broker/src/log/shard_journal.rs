@@ -1,0 +1,589 @@
+//! A shard's journal ring file and its rounds: made once at its full size
+//! and zeroed (so a write never changes the file's size or extents), opened
+//! write-through (`O_DSYNC`), and written one round at a time, every log's
+//! records handed over since the last round in one write that is durable
+//! when it completes. When a round finds no room, a checkpoint syncs the
+//! segment files the journaled chunks went to and moves the ring's start
+//! past them. Not wired into the logs yet: no broker makes a ring file.
+//!
+//! What a caller must keep: a chunk is handed over only once its segment
+//! write has landed, so a checkpoint's sync of that file covers it.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use protocol::Offset;
+
+use super::checkpoint::sync_dir;
+use super::journal::{
+    scan, JournalError, JournalSeq, RecordBody, RecordSpec, RingWriter, JOURNAL_BLOCK_BYTES,
+};
+use super::journal_replay::JOURNAL_SUFFIX;
+use crate::runtime::{self, AlignedBuffer, DirectFile, OneshotSender, SharedBuffer};
+
+/// The ring each shard keeps: at 250 MB/s a shard fills half of it in about
+/// half a second, which is how often a checkpoint syncs the segment files.
+pub const JOURNAL_RING_BYTES_DEFAULT: u64 = 256 << 20;
+const ZERO_FILL_BYTES: usize = 1 << 20;
+/// Reads of an existing ring at open, a piece at a time.
+const OPEN_READ_BYTES: usize = 1 << 20;
+
+/// A chunk image a log hands over: the bytes its segment write carried.
+#[derive(Clone, Debug)]
+pub struct JournalChunk {
+    pub segment_base: Offset,
+    pub position: u64,
+    pub buffer: SharedBuffer,
+    /// The segment file the chunk was written to, synced by a checkpoint.
+    pub file: DirectFile,
+}
+
+#[derive(Clone, Debug)]
+pub enum JournalEntry {
+    Write(JournalChunk),
+    /// See [`RecordBody::Fence`].
+    Fence,
+}
+
+struct Pending {
+    log: Rc<str>,
+    entries: Vec<JournalEntry>,
+    done: OneshotSender<io::Result<()>>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    pub rounds: u64,
+    pub records: u64,
+    /// Bytes written in rounds, padding included.
+    pub round_bytes: u64,
+    pub checkpoints: u64,
+}
+
+pub struct ShardJournal {
+    path: PathBuf,
+    file: DirectFile,
+    writer: RefCell<RingWriter>,
+    pending: RefCell<Vec<Pending>>,
+    running: Cell<bool>,
+    /// Segment files written by records since the last checkpoint's mark.
+    to_sync: RefCell<HashMap<usize, DirectFile>>,
+    /// Set by the first failed write: a round that failed part-way may have
+    /// left bytes a scan stops at, so nothing after it could be replayed.
+    failed: Cell<Option<io::ErrorKind>>,
+    stats: Cell<JournalStats>,
+}
+
+impl std::fmt::Debug for ShardJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardJournal")
+            .field("path", &self.path)
+            .field("stats", &self.stats.get())
+            .finish_non_exhaustive()
+    }
+}
+
+fn invalid(path: &Path, e: JournalError) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("journal {}: {e}", path.display()),
+    )
+}
+
+impl ShardJournal {
+    /// Opens `dir/NAME.ring`, making it (zeroed, with an empty header) when it
+    /// does not exist or has another size. An existing ring must have been
+    /// replayed (`journal_replay::replay_journals`) since its last use.
+    pub async fn open(dir: &Path, name: &str, ring_bytes: u64) -> io::Result<Rc<ShardJournal>> {
+        let path = dir.join(format!("{name}.{JOURNAL_SUFFIX}"));
+        let existing = match std::fs::metadata(&path) {
+            Ok(meta) => {
+                let ring = Self::read_all(&path, meta.len()).await?;
+                let found = scan(&ring).map_err(|e| invalid(&path, e))?;
+                if !found.records.is_empty() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "journal {} holds {} records not replayed",
+                            path.display(),
+                            found.records.len()
+                        ),
+                    ));
+                }
+                Some(ring)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        // Nothing live in it: a ring of another size is made again.
+        let ring = match existing {
+            Some(ring) if ring.len() as u64 == ring_bytes => ring,
+            _ => {
+                Self::make(dir, &path, ring_bytes).await?;
+                Self::read_all(&path, ring_bytes).await?
+            }
+        };
+        let found = scan(&ring).map_err(|e| invalid(&path, e))?;
+        assert!(
+            found.records.is_empty(),
+            "a ring just checked or made holds no records"
+        );
+        // A new id for this start: nothing in the ring from before it can
+        // pass for a record written after it.
+        let (writer, header_block) = RingWriter::resume(&found, runtime::random_u64());
+        let file = DirectFile::open_write_through(&path).await?;
+        file.write_at(&aligned(&header_block), 0).await?;
+        Ok(Rc::new(ShardJournal {
+            path,
+            file,
+            writer: RefCell::new(writer),
+            pending: RefCell::default(),
+            running: Cell::new(false),
+            to_sync: RefCell::default(),
+            failed: Cell::new(None),
+            stats: Cell::default(),
+        }))
+    }
+
+    /// Writes the whole ring under a temporary name, then renames it into
+    /// place: a ring file that exists is always whole.
+    async fn make(dir: &Path, path: &Path, ring_bytes: u64) -> io::Result<()> {
+        let writer = RingWriter::new(ring_bytes, JournalSeq(0), runtime::random_u64())
+            .map_err(|e| invalid(path, e))?;
+        let (dir, path) = (dir.to_path_buf(), path.to_path_buf());
+        let tmp = path.with_extension(format!("{JOURNAL_SUFFIX}.tmp"));
+        {
+            let (dir, path, tmp) = (dir.clone(), path.clone(), tmp.clone());
+            runtime::blocking(move || -> io::Result<()> {
+                std::fs::create_dir_all(&dir)?;
+                for stale in [&tmp, &path] {
+                    match std::fs::remove_file(stale) {
+                        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                        _ => {}
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        }
+        let file = DirectFile::create_new(&tmp).await?;
+        let mut zeros = AlignedBuffer::new(ZERO_FILL_BYTES);
+        zeros.as_mut_slice().fill(0);
+        let zeros = zeros.seal(ZERO_FILL_BYTES);
+        let mut at = JOURNAL_BLOCK_BYTES;
+        while at < ring_bytes {
+            let len = (ring_bytes - at).min(ZERO_FILL_BYTES as u64) as usize;
+            if len == ZERO_FILL_BYTES {
+                file.write_at(&zeros, at).await?;
+            } else {
+                let mut part = AlignedBuffer::new(len);
+                part.as_mut_slice().fill(0);
+                file.write_at(&part.seal(len), at).await?;
+            }
+            at += len as u64;
+        }
+        let block = writer.header().encode_block(None);
+        file.write_at(&aligned(&block), 0).await?;
+        file.fdatasync().await?;
+        drop(file);
+        runtime::blocking(move || -> io::Result<()> {
+            std::fs::rename(&tmp, &path)?;
+            sync_dir(&dir)
+        })
+        .await
+    }
+
+    async fn read_all(path: &Path, ring_bytes: u64) -> io::Result<Vec<u8>> {
+        let file = DirectFile::open_read(path).await?;
+        let mut ring = Vec::with_capacity(ring_bytes as usize);
+        while (ring.len() as u64) < ring_bytes {
+            let want = (ring_bytes - ring.len() as u64).min(OPEN_READ_BYTES as u64) as usize;
+            let bytes = file.read_at(ring.len() as u64, want).await?;
+            if bytes.is_empty() {
+                break;
+            }
+            ring.extend_from_slice(&bytes);
+        }
+        Ok(ring)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        self.stats.get()
+    }
+
+    /// Journals `entries` of `log` (its directory name) and returns once they
+    /// are durable, sharing the round with every other log that asked
+    /// meanwhile.
+    pub async fn append(
+        self: &Rc<Self>,
+        log: Rc<str>,
+        entries: Vec<JournalEntry>,
+    ) -> io::Result<()> {
+        if let Some(kind) = self.failed.get() {
+            return Err(self.failure(kind));
+        }
+        let (done, result) = runtime::oneshot();
+        self.pending
+            .borrow_mut()
+            .push(Pending { log, entries, done });
+        if !self.running.replace(true) {
+            let journal = self.clone();
+            runtime::spawn(async move { journal.run_rounds().await }).detach();
+        }
+        result
+            .await
+            .unwrap_or_else(|| Err(io::Error::other("the journal's round was dropped")))
+    }
+
+    fn failure(&self, kind: io::ErrorKind) -> io::Error {
+        io::Error::new(
+            kind,
+            format!("journal {} failed a write earlier", self.path.display()),
+        )
+    }
+
+    async fn run_rounds(self: Rc<Self>) {
+        loop {
+            let batch = std::mem::take(&mut *self.pending.borrow_mut());
+            if batch.is_empty() {
+                self.running.set(false);
+                return;
+            }
+            Box::pin(self.write_rounds(batch)).await;
+        }
+    }
+
+    /// Writes `batch` as one round, or as several when it does not fit one.
+    async fn write_rounds(&self, batch: Vec<Pending>) {
+        if let Some(kind) = self.failed.get() {
+            for pending in batch {
+                pending.done.send(Err(self.failure(kind)));
+            }
+            return;
+        }
+        match self.write_round(&batch).await {
+            Ok(()) => {
+                for pending in batch {
+                    pending.done.send(Ok(()));
+                }
+            }
+            Err(RoundError::TooLarge(e)) if batch.len() > 1 => {
+                drop(e);
+                let mut first = batch;
+                let second = first.split_off(first.len() / 2);
+                Box::pin(self.write_rounds(first)).await;
+                Box::pin(self.write_rounds(second)).await;
+            }
+            Err(RoundError::TooLarge(e)) | Err(RoundError::Refused(e)) => {
+                for pending in batch {
+                    pending
+                        .done
+                        .send(Err(io::Error::new(e.kind(), e.to_string())));
+                }
+            }
+            Err(RoundError::Failed(e)) => {
+                self.failed.set(Some(e.kind()));
+                tracing::error!(path = %self.path.display(), error = %e, "journal write failed; journaled writes fail from now on");
+                for pending in batch {
+                    pending
+                        .done
+                        .send(Err(io::Error::new(e.kind(), e.to_string())));
+                }
+            }
+        }
+    }
+
+    async fn write_round(&self, batch: &[Pending]) -> Result<(), RoundError> {
+        let specs: Vec<RecordSpec<'_>> = batch
+            .iter()
+            .flat_map(|pending| {
+                pending.entries.iter().map(|entry| RecordSpec {
+                    log: &pending.log,
+                    body: match entry {
+                        JournalEntry::Write(chunk) => RecordBody::Write {
+                            segment_base: chunk.segment_base,
+                            position: chunk.position,
+                            bytes: &chunk.buffer,
+                        },
+                        JournalEntry::Fence => RecordBody::Fence,
+                    },
+                })
+            })
+            .collect();
+        let round = loop {
+            let planned = self.writer.borrow_mut().round(&specs);
+            match planned {
+                Ok(round) => break round,
+                Err(JournalError::Full { .. }) => {
+                    self.checkpoint().await.map_err(RoundError::Failed)?;
+                }
+                Err(e @ JournalError::RoundTooLarge { .. }) => {
+                    return Err(RoundError::TooLarge(invalid(&self.path, e)))
+                }
+                Err(e) => return Err(RoundError::Refused(invalid(&self.path, e))),
+            }
+        };
+        self.file
+            .write_at(&aligned(&round.bytes), round.position)
+            .await
+            .map_err(RoundError::Failed)?;
+        {
+            let mut to_sync = self.to_sync.borrow_mut();
+            for pending in batch {
+                for entry in &pending.entries {
+                    if let JournalEntry::Write(chunk) = entry {
+                        to_sync
+                            .entry(chunk.file.identity())
+                            .or_insert_with(|| chunk.file.clone());
+                    }
+                }
+            }
+        }
+        let mut stats = self.stats.get();
+        stats.rounds += 1;
+        stats.records += round.records as u64;
+        stats.round_bytes += round.bytes.len() as u64;
+        self.stats.set(stats);
+        Ok(())
+    }
+
+    /// Syncs every segment file journaled chunks went to, then moves the
+    /// ring's start past those records, durably. Only the round loop calls
+    /// it, so two never overlap (one releasing records whose files the other
+    /// is still syncing).
+    async fn checkpoint(&self) -> io::Result<()> {
+        let mark = self.writer.borrow().mark();
+        let files: Vec<DirectFile> = std::mem::take(&mut *self.to_sync.borrow_mut())
+            .into_values()
+            .collect();
+        for (i, file) in files.iter().enumerate() {
+            if let Err(e) = file.fdatasync().await {
+                // Not synced: still needed by the records, synced next time.
+                let mut to_sync = self.to_sync.borrow_mut();
+                for file in &files[i..] {
+                    to_sync
+                        .entry(file.identity())
+                        .or_insert_with(|| file.clone());
+                }
+                return Err(e);
+            }
+        }
+        let block = self.writer.borrow_mut().release_to(mark);
+        if let Err(e) = self.file.write_at(&aligned(&block), 0).await {
+            self.failed.set(Some(e.kind()));
+            return Err(e);
+        }
+        let mut stats = self.stats.get();
+        stats.checkpoints += 1;
+        self.stats.set(stats);
+        Ok(())
+    }
+}
+
+enum RoundError {
+    /// More than a ring holds: split, or refused if it is one log's.
+    TooLarge(io::Error),
+    /// Records the format refuses (a bad name, an unaligned chunk): a bug
+    /// of the caller's, answered to it without touching the ring.
+    Refused(io::Error),
+    /// The ring could not be written: the journal fails from now on.
+    Failed(io::Error),
+}
+
+fn aligned(bytes: &[u8]) -> SharedBuffer {
+    let mut buffer = AlignedBuffer::new(bytes.len());
+    buffer.as_mut_slice().copy_from_slice(bytes);
+    buffer.seal(bytes.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::journal::JOURNAL_RING_BYTES_MIN;
+    use super::super::journal_replay::{replay_journals, JOURNAL_DIR};
+    use super::super::segment::{segment_path, LOG_SUFFIX};
+    use super::*;
+
+    fn chunk_of(fill: u8, blocks: usize) -> SharedBuffer {
+        let len = blocks * JOURNAL_BLOCK_BYTES as usize;
+        let mut buffer = AlignedBuffer::new(len);
+        buffer.as_mut_slice().fill(fill);
+        buffer.seal(len)
+    }
+
+    async fn segment_file(data: &Path, log: &str) -> DirectFile {
+        let dir = data.join("topics").join(log);
+        std::fs::create_dir_all(&dir).unwrap();
+        DirectFile::create_new(&segment_path(&dir, Offset(0), LOG_SUFFIX))
+            .await
+            .unwrap()
+    }
+
+    #[test]
+    fn concurrent_appends_share_rounds_and_replay_into_their_segments() {
+        let data = tempfile::tempdir().unwrap();
+        let data_path = data.path().to_path_buf();
+        runtime::run_local(async move {
+            let journal = ShardJournal::open(
+                &data_path.join(JOURNAL_DIR),
+                "shard-0",
+                JOURNAL_RING_BYTES_MIN * 4,
+            )
+            .await
+            .unwrap();
+            let mut tasks = Vec::new();
+            for log in 0..3u8 {
+                let file = segment_file(&data_path, &format!("t-{log}")).await;
+                let journal = journal.clone();
+                tasks.push(runtime::spawn(async move {
+                    for i in 0..4u8 {
+                        let chunk = JournalChunk {
+                            segment_base: Offset(0),
+                            position: u64::from(i) * JOURNAL_BLOCK_BYTES,
+                            buffer: chunk_of(log * 16 + i + 1, 1),
+                            file: file.clone(),
+                        };
+                        journal
+                            .append(format!("t-{log}").into(), vec![JournalEntry::Write(chunk)])
+                            .await
+                            .unwrap();
+                    }
+                }));
+            }
+            for task in tasks {
+                task.await;
+            }
+            let stats = journal.stats();
+            assert_eq!(stats.records, 12);
+            assert!(
+                stats.rounds < 12,
+                "appends that wait together share a round: {stats:?}"
+            );
+        });
+        // Nothing reached the segment files but the journal: replay puts it there.
+        let report = replay_journals(data.path()).unwrap();
+        assert_eq!((report.records, report.writes), (12, 12));
+        for log in 0..3u8 {
+            let dir = data.path().join("topics").join(format!("t-{log}"));
+            let bytes = std::fs::read(segment_path(&dir, Offset(0), LOG_SUFFIX)).unwrap();
+            for i in 0..4u8 {
+                let at = usize::from(i) * JOURNAL_BLOCK_BYTES as usize;
+                assert!(bytes[at..at + JOURNAL_BLOCK_BYTES as usize]
+                    .iter()
+                    .all(|b| *b == log * 16 + i + 1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_ring_checkpoints_and_keeps_only_what_came_after() {
+        let data = tempfile::tempdir().unwrap();
+        let data_path = data.path().to_path_buf();
+        let ring_bytes = JOURNAL_RING_BYTES_MIN;
+        let (journal_path, last_fill) = runtime::run_local(async move {
+            let journal = ShardJournal::open(&data_path.join(JOURNAL_DIR), "shard-0", ring_bytes)
+                .await
+                .unwrap();
+            let file = segment_file(&data_path, "t-0").await;
+            // Three blocks a round in a ring of fifteen: it fills every few rounds.
+            let mut fill = 0u8;
+            for i in 0..40u64 {
+                fill = (i % 250) as u8 + 1;
+                let chunk = JournalChunk {
+                    segment_base: Offset(0),
+                    position: (i % 8) * 2 * JOURNAL_BLOCK_BYTES,
+                    buffer: chunk_of(fill, 2),
+                    file: file.clone(),
+                };
+                // The caller's side of the contract: the segment write landed first.
+                file.write_at(&chunk.buffer, chunk.position).await.unwrap();
+                journal
+                    .append("t-0".into(), vec![JournalEntry::Write(chunk)])
+                    .await
+                    .unwrap();
+            }
+            let stats = journal.stats();
+            assert!(stats.checkpoints >= 5, "{stats:?}");
+            (journal.path().to_path_buf(), fill)
+        });
+        let ring = std::fs::read(&journal_path).unwrap();
+        let found = scan(&ring).unwrap();
+        assert!(!found.records.is_empty() && found.records.len() < 40);
+        // The live records are the last ones, in order, the newest last.
+        let last = found.records.last().unwrap();
+        match last.body {
+            RecordBody::Write { bytes, .. } => assert!(bytes.iter().all(|b| *b == last_fill)),
+            RecordBody::Fence => panic!("no fences were written"),
+        }
+        for pair in found.records.windows(2) {
+            assert_eq!(pair[0].seq.0 + 1, pair[1].seq.0);
+        }
+    }
+
+    #[test]
+    fn a_replayed_ring_reopens_empty_and_a_resized_one_is_made_again() {
+        let data = tempfile::tempdir().unwrap();
+        let data_path = data.path().to_path_buf();
+        let dir = data_path.join(JOURNAL_DIR);
+        {
+            let (data_path, dir) = (data_path.clone(), dir.clone());
+            runtime::run_local(async move {
+                let journal = ShardJournal::open(&dir, "shard-0", JOURNAL_RING_BYTES_MIN)
+                    .await
+                    .unwrap();
+                let file = segment_file(&data_path, "t-0").await;
+                let chunk = JournalChunk {
+                    segment_base: Offset(0),
+                    position: 0,
+                    buffer: chunk_of(9, 1),
+                    file,
+                };
+                journal
+                    .append("t-0".into(), vec![JournalEntry::Write(chunk)])
+                    .await
+                    .unwrap();
+                // Not replayed: the ring refuses to open over its records.
+                let error = ShardJournal::open(&dir, "shard-0", JOURNAL_RING_BYTES_MIN)
+                    .await
+                    .unwrap_err();
+                assert!(error.to_string().contains("not replayed"), "{error}");
+            });
+        }
+        assert_eq!(replay_journals(&data_path).unwrap().writes, 1);
+        runtime::run_local(async move {
+            let journal = ShardJournal::open(&dir, "shard-0", JOURNAL_RING_BYTES_MIN)
+                .await
+                .unwrap();
+            journal
+                .append("t-0".into(), vec![JournalEntry::Fence])
+                .await
+                .unwrap();
+            drop(journal);
+            let bytes = std::fs::read(dir.join("shard-0.ring")).unwrap();
+            let found = scan(&bytes).unwrap();
+            assert_eq!(found.records.len(), 1);
+            assert_eq!(found.records[0].body, RecordBody::Fence);
+            // Never made again over records not replayed, whatever the size.
+            let resized = ShardJournal::open(&dir, "shard-0", JOURNAL_RING_BYTES_MIN * 2).await;
+            assert!(resized.is_err());
+        });
+        replay_journals(&data_path).unwrap();
+        let dir = data_path.join(JOURNAL_DIR);
+        runtime::run_local(async move {
+            // Replayed: another size is made again.
+            ShardJournal::open(&dir, "shard-0", JOURNAL_RING_BYTES_MIN * 2)
+                .await
+                .unwrap();
+            assert_eq!(
+                std::fs::metadata(dir.join("shard-0.ring")).unwrap().len(),
+                JOURNAL_RING_BYTES_MIN * 2
+            );
+        });
+    }
+}
