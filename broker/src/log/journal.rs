@@ -378,11 +378,15 @@ impl RingWriter {
         self.area_bytes() - (self.written_bytes - self.start_written_bytes)
     }
 
+    /// Whether the format takes every one of `records` (names, chunk sizes
+    /// and alignment), before any room is asked for.
+    pub fn check_records(records: &[RecordSpec<'_>]) -> Result<(), JournalError> {
+        records.iter().try_for_each(RecordSpec::check)
+    }
+
     /// Encodes `records` as the next round. Nothing changes on an error.
     pub fn round(&mut self, records: &[RecordSpec<'_>]) -> Result<RoundWrite, JournalError> {
-        for record in records {
-            record.check()?;
-        }
+        Self::check_records(records)?;
         let encoded: usize = records.iter().map(RecordSpec::encoded_bytes).sum();
         let round_bytes = (encoded as u64).next_multiple_of(JOURNAL_BLOCK_BYTES);
         if round_bytes > self.area_bytes() {

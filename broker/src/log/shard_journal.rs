@@ -20,13 +20,20 @@ use protocol::Offset;
 use super::checkpoint::sync_dir;
 use super::journal::{
     scan, JournalError, JournalSeq, RecordBody, RecordSpec, RingWriter, JOURNAL_BLOCK_BYTES,
+    JOURNAL_CHUNK_BYTES_MAX, RECORD_HEADER_BYTES,
 };
 use super::journal_replay::JOURNAL_SUFFIX;
-use crate::runtime::{self, AlignedBuffer, DirectFile, OneshotSender, SharedBuffer};
+use crate::runtime::{self, AlignedBuffer, DirectFile, OneshotSender, SharedBuffer, TaskClass};
 
-/// The ring each shard keeps: at 250 MB/s a shard fills half of it in about
-/// half a second, which is how often a checkpoint syncs the segment files.
+/// The ring each shard keeps: at 250 MB/s a shard fills it in about a
+/// second, which is how often a checkpoint syncs the segment files (today
+/// only when a round finds no room, holding appends up meanwhile).
 pub const JOURNAL_RING_BYTES_DEFAULT: u64 = 256 << 20;
+/// The largest ring file `open` reads: a bound on what a stray file costs.
+pub const JOURNAL_RING_BYTES_MAX: u64 = 4 << 30;
+/// What one round holds at most (one largest chunk and its record always
+/// fit): the bound on a round's buffer, whatever waits.
+pub const JOURNAL_ROUND_BYTES_MAX: usize = 2 * JOURNAL_CHUNK_BYTES_MAX;
 const ZERO_FILL_BYTES: usize = 1 << 20;
 /// Reads of an existing ring at open, a piece at a time.
 const OPEN_READ_BYTES: usize = 1 << 20;
@@ -52,6 +59,36 @@ struct Pending {
     log: Rc<str>,
     entries: Vec<JournalEntry>,
     done: OneshotSender<io::Result<()>>,
+}
+
+impl Pending {
+    fn specs(&self) -> impl Iterator<Item = RecordSpec<'_>> {
+        self.entries.iter().map(|entry| RecordSpec {
+            log: &self.log,
+            body: match entry {
+                JournalEntry::Write(chunk) => RecordBody::Write {
+                    segment_base: chunk.segment_base,
+                    position: chunk.position,
+                    bytes: &chunk.buffer,
+                },
+                JournalEntry::Fence => RecordBody::Fence,
+            },
+        })
+    }
+
+    fn encoded_bytes(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|entry| {
+                RECORD_HEADER_BYTES
+                    + self.log.len()
+                    + match entry {
+                        JournalEntry::Write(chunk) => chunk.buffer.len(),
+                        JournalEntry::Fence => 0,
+                    }
+            })
+            .sum()
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -100,6 +137,16 @@ impl ShardJournal {
     pub async fn open(dir: &Path, name: &str, ring_bytes: u64) -> io::Result<Rc<ShardJournal>> {
         let path = dir.join(format!("{name}.{JOURNAL_SUFFIX}"));
         let existing = match std::fs::metadata(&path) {
+            Ok(meta) if meta.len() > JOURNAL_RING_BYTES_MAX => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "journal {} is {} bytes, above the {JOURNAL_RING_BYTES_MAX} a ring may have",
+                        path.display(),
+                        meta.len()
+                    ),
+                ));
+            }
             Ok(meta) => {
                 let ring = Self::read_all(&path, meta.len()).await?;
                 let found = scan(&ring).map_err(|e| invalid(&path, e))?;
@@ -119,23 +166,21 @@ impl ShardJournal {
             Err(e) => return Err(e),
         };
         // Nothing live in it: a ring of another size is made again.
-        let ring = match existing {
-            Some(ring) if ring.len() as u64 == ring_bytes => ring,
+        let (writer, file) = match existing {
+            Some(ring) if ring.len() as u64 == ring_bytes => {
+                let found = scan(&ring).map_err(|e| invalid(&path, e))?;
+                // A new id for this start: nothing in the ring from before it
+                // can pass for a record written after it.
+                let (writer, header_block) = RingWriter::resume(&found, runtime::random_u64());
+                let file = DirectFile::open_write_through(&path).await?;
+                file.write_at(&aligned(&header_block), 0).await?;
+                (writer, file)
+            }
             _ => {
-                Self::make(dir, &path, ring_bytes).await?;
-                Self::read_all(&path, ring_bytes).await?
+                let writer = Self::make(dir, &path, ring_bytes).await?;
+                (writer, DirectFile::open_write_through(&path).await?)
             }
         };
-        let found = scan(&ring).map_err(|e| invalid(&path, e))?;
-        assert!(
-            found.records.is_empty(),
-            "a ring just checked or made holds no records"
-        );
-        // A new id for this start: nothing in the ring from before it can
-        // pass for a record written after it.
-        let (writer, header_block) = RingWriter::resume(&found, runtime::random_u64());
-        let file = DirectFile::open_write_through(&path).await?;
-        file.write_at(&aligned(&header_block), 0).await?;
         Ok(Rc::new(ShardJournal {
             path,
             file,
@@ -150,7 +195,7 @@ impl ShardJournal {
 
     /// Writes the whole ring under a temporary name, then renames it into
     /// place: a ring file that exists is always whole.
-    async fn make(dir: &Path, path: &Path, ring_bytes: u64) -> io::Result<()> {
+    async fn make(dir: &Path, path: &Path, ring_bytes: u64) -> io::Result<RingWriter> {
         let writer = RingWriter::new(ring_bytes, JournalSeq(0), runtime::random_u64())
             .map_err(|e| invalid(path, e))?;
         let (dir, path) = (dir.to_path_buf(), path.to_path_buf());
@@ -193,7 +238,8 @@ impl ShardJournal {
             std::fs::rename(&tmp, &path)?;
             sync_dir(&dir)
         })
-        .await
+        .await?;
+        Ok(writer)
     }
 
     async fn read_all(path: &Path, ring_bytes: u64) -> io::Result<Vec<u8>> {
@@ -229,13 +275,22 @@ impl ShardJournal {
         if let Some(kind) = self.failed.get() {
             return Err(self.failure(kind));
         }
+        if entries.is_empty() {
+            return Ok(());
+        }
         let (done, result) = runtime::oneshot();
         self.pending
             .borrow_mut()
             .push(Pending { log, entries, done });
         if !self.running.replace(true) {
             let journal = self.clone();
-            runtime::spawn(async move { journal.run_rounds().await }).detach();
+            // Acknowledgements wait on it: in the requests' queue, whoever
+            // started it.
+            runtime::spawn_in(
+                TaskClass::Requests,
+                async move { journal.run_rounds().await },
+            )
+            .detach();
         }
         result
             .await
@@ -251,7 +306,20 @@ impl ShardJournal {
 
     async fn run_rounds(self: Rc<Self>) {
         loop {
-            let batch = std::mem::take(&mut *self.pending.borrow_mut());
+            let batch = {
+                let mut pending = self.pending.borrow_mut();
+                let mut round_bytes = 0;
+                let count = pending
+                    .iter()
+                    .take_while(|p| {
+                        round_bytes += p.encoded_bytes();
+                        round_bytes <= JOURNAL_ROUND_BYTES_MAX
+                    })
+                    .count()
+                    .max(1)
+                    .min(pending.len());
+                pending.drain(..count).collect::<Vec<_>>()
+            };
             if batch.is_empty() {
                 self.running.set(false);
                 return;
@@ -266,6 +334,19 @@ impl ShardJournal {
             for pending in batch {
                 pending.done.send(Err(self.failure(kind)));
             }
+            return;
+        }
+        // Records the format refuses (a bad name, an unaligned chunk) are a
+        // caller's bug: answered to that caller alone.
+        let (batch, refused): (Vec<Pending>, Vec<Pending>) = batch
+            .into_iter()
+            .partition(|p| RingWriter::check_records(&p.specs().collect::<Vec<_>>()).is_ok());
+        for pending in refused {
+            let error = RingWriter::check_records(&pending.specs().collect::<Vec<_>>())
+                .expect_err("partitioned as refused");
+            pending.done.send(Err(invalid(&self.path, error)));
+        }
+        if batch.is_empty() {
             return;
         }
         match self.write_round(&batch).await {
@@ -301,22 +382,7 @@ impl ShardJournal {
     }
 
     async fn write_round(&self, batch: &[Pending]) -> Result<(), RoundError> {
-        let specs: Vec<RecordSpec<'_>> = batch
-            .iter()
-            .flat_map(|pending| {
-                pending.entries.iter().map(|entry| RecordSpec {
-                    log: &pending.log,
-                    body: match entry {
-                        JournalEntry::Write(chunk) => RecordBody::Write {
-                            segment_base: chunk.segment_base,
-                            position: chunk.position,
-                            bytes: &chunk.buffer,
-                        },
-                        JournalEntry::Fence => RecordBody::Fence,
-                    },
-                })
-            })
-            .collect();
+        let specs: Vec<RecordSpec<'_>> = batch.iter().flat_map(Pending::specs).collect();
         let round = loop {
             let planned = self.writer.borrow_mut().round(&specs);
             match planned {
@@ -363,17 +429,10 @@ impl ShardJournal {
         let files: Vec<DirectFile> = std::mem::take(&mut *self.to_sync.borrow_mut())
             .into_values()
             .collect();
-        for (i, file) in files.iter().enumerate() {
-            if let Err(e) = file.fdatasync().await {
-                // Not synced: still needed by the records, synced next time.
-                let mut to_sync = self.to_sync.borrow_mut();
-                for file in &files[i..] {
-                    to_sync
-                        .entry(file.identity())
-                        .or_insert_with(|| file.clone());
-                }
-                return Err(e);
-            }
+        for file in &files {
+            // A failed sync fails the journal (the caller poisons it): the
+            // records it was to release stay live and the ring stays full.
+            file.fdatasync().await?;
         }
         let block = self.writer.borrow_mut().release_to(mark);
         if let Err(e) = self.file.write_at(&aligned(&block), 0).await {
@@ -514,16 +573,48 @@ mod tests {
         });
         let ring = std::fs::read(&journal_path).unwrap();
         let found = scan(&ring).unwrap();
-        assert!(!found.records.is_empty() && found.records.len() < 40);
-        // The live records are the last ones, in order, the newest last.
+        // The live records are the last ones, from the header's start to the
+        // fortieth append, the newest last.
         let last = found.records.last().unwrap();
+        assert_eq!(found.records[0].seq, found.header.start.seq);
+        assert_eq!(
+            last.seq.0 - found.header.start.seq.0 + 1,
+            found.records.len() as u64
+        );
+        assert!(found.records.len() < 40, "older records were released");
         match last.body {
             RecordBody::Write { bytes, .. } => assert!(bytes.iter().all(|b| *b == last_fill)),
             RecordBody::Fence => panic!("no fences were written"),
         }
-        for pair in found.records.windows(2) {
-            assert_eq!(pair[0].seq.0 + 1, pair[1].seq.0);
-        }
+    }
+
+    #[test]
+    fn a_record_the_format_refuses_fails_only_its_own_append() {
+        let data = tempfile::tempdir().unwrap();
+        let data_path = data.path().to_path_buf();
+        runtime::run_local(async move {
+            let journal = ShardJournal::open(
+                &data_path.join(JOURNAL_DIR),
+                "shard-0",
+                JOURNAL_RING_BYTES_MIN,
+            )
+            .await
+            .unwrap();
+            let good = journal.clone();
+            let bad = journal.clone();
+            let (good, bad) = futures_lite::future::zip(
+                runtime::spawn(async move {
+                    good.append("t-0".into(), vec![JournalEntry::Fence]).await
+                }),
+                runtime::spawn(async move {
+                    bad.append("../t-1".into(), vec![JournalEntry::Fence]).await
+                }),
+            )
+            .await;
+            assert!(good.is_ok());
+            assert!(bad.unwrap_err().to_string().contains("../t-1"));
+            assert_eq!(journal.stats().records, 1);
+        });
     }
 
     #[test]
@@ -570,8 +661,10 @@ mod tests {
             assert_eq!(found.records.len(), 1);
             assert_eq!(found.records[0].body, RecordBody::Fence);
             // Never made again over records not replayed, whatever the size.
-            let resized = ShardJournal::open(&dir, "shard-0", JOURNAL_RING_BYTES_MIN * 2).await;
-            assert!(resized.is_err());
+            let resized = ShardJournal::open(&dir, "shard-0", JOURNAL_RING_BYTES_MIN * 2)
+                .await
+                .unwrap_err();
+            assert!(resized.to_string().contains("not replayed"), "{resized}");
         });
         replay_journals(&data_path).unwrap();
         let dir = data_path.join(JOURNAL_DIR);
