@@ -65,6 +65,16 @@ fn batch_positions(path: &Path) -> Vec<(u64, i64)> {
     out
 }
 
+/// Shortens `path` to `len` bytes, as a crash that lost its later writes does.
+fn cut_file(path: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
 fn simulate_crash(dir: &Path) {
     let _ = std::fs::remove_file(dir.join("clean-shutdown"));
 }
@@ -118,12 +128,7 @@ fn torn_tail_of_the_active_segment_is_cut_at_the_last_whole_batch() {
         let positions = batch_positions(&active);
         let (position, base) = positions[positions.len() / 2];
         let cut = position + into_batch;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&active)
-            .unwrap()
-            .set_len(cut)
-            .unwrap();
+        cut_file(&active, cut);
         simulate_crash(dir.path());
 
         let report = verify(dir.path());
@@ -697,12 +702,7 @@ fn a_journal_replayed_at_start_restores_a_tail_the_segment_lost() {
             chunk.len().next_multiple_of(JOURNAL_BLOCK_BYTES as usize),
             0,
         );
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&active)
-            .unwrap()
-            .set_len(cut)
-            .unwrap();
+        cut_file(&active, cut);
         // The clean-shutdown marker stays: replay must take it away.
         // The recovery point only ever vouches for what the segment files
         // hold synced, never for what only the journal holds.

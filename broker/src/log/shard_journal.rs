@@ -484,18 +484,19 @@ mod tests {
             .unwrap()
     }
 
+    /// The ring `shard-0` under `data`'s journal directory.
+    async fn open_in(data: &Path, ring_bytes: u64) -> io::Result<Rc<ShardJournal>> {
+        ShardJournal::open(&data.join(JOURNAL_DIR), "shard-0", ring_bytes).await
+    }
+
     #[test]
     fn concurrent_appends_share_rounds_and_replay_into_their_segments() {
         let data = tempfile::tempdir().unwrap();
         let data_path = data.path().to_path_buf();
         runtime::run_local(async move {
-            let journal = ShardJournal::open(
-                &data_path.join(JOURNAL_DIR),
-                "shard-0",
-                JOURNAL_RING_BYTES_MIN * 4,
-            )
-            .await
-            .unwrap();
+            let journal = open_in(&data_path, JOURNAL_RING_BYTES_MIN * 4)
+                .await
+                .unwrap();
             let mut tasks = Vec::new();
             for log in 0..3u8 {
                 let file = segment_file(&data_path, &format!("t-{log}")).await;
@@ -546,9 +547,7 @@ mod tests {
         let data_path = data.path().to_path_buf();
         let ring_bytes = JOURNAL_RING_BYTES_MIN;
         let (journal_path, last_fill) = runtime::run_local(async move {
-            let journal = ShardJournal::open(&data_path.join(JOURNAL_DIR), "shard-0", ring_bytes)
-                .await
-                .unwrap();
+            let journal = open_in(&data_path, ring_bytes).await.unwrap();
             let file = segment_file(&data_path, "t-0").await;
             // Three blocks a round in a ring of fifteen: it fills every few rounds.
             let mut fill = 0u8;
@@ -593,13 +592,7 @@ mod tests {
         let data = tempfile::tempdir().unwrap();
         let data_path = data.path().to_path_buf();
         runtime::run_local(async move {
-            let journal = ShardJournal::open(
-                &data_path.join(JOURNAL_DIR),
-                "shard-0",
-                JOURNAL_RING_BYTES_MIN,
-            )
-            .await
-            .unwrap();
+            let journal = open_in(&data_path, JOURNAL_RING_BYTES_MIN).await.unwrap();
             let good = journal.clone();
             let bad = journal.clone();
             let (good, bad) = futures_lite::future::zip(
