@@ -30,8 +30,8 @@ pub enum ServerError {
         path: String,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Journal(String),
+    #[error(transparent)]
+    Journal(#[from] crate::log::journal_replay::ReplayError),
     #[error("data dir {0} is in use by another broker")]
     DataDirLocked(String),
     #[error("embedded controller: {0}")]
@@ -102,8 +102,7 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
     // any log opens, and those logs are rescanned even if closed cleanly
     // (after the record above is taken, so a crash between the two cannot
     // leave a log written into and still listed as clean).
-    let replayed = crate::log::journal_replay::replay_journals(&config.data_dir)
-        .map_err(|e| ServerError::Journal(e.to_string()))?;
+    let replayed = crate::log::journal_replay::replay_journals(&config.data_dir)?;
     if replayed.records > 0 {
         tracing::info!(
             rings = replayed.rings,
