@@ -107,6 +107,15 @@ pub struct JournalHeader {
     pub ring_id: u64,
 }
 
+/// The little-endian integer at `at` of bytes already checked to hold it.
+fn le_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn le_u64(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
 fn check_ring_bytes(ring_bytes: u64) -> Result<(), JournalError> {
     if ring_bytes < JOURNAL_RING_BYTES_MIN || !ring_bytes.is_multiple_of(JOURNAL_BLOCK_BYTES) {
         return Err(JournalError::RingSize { ring_bytes });
@@ -156,10 +165,8 @@ impl JournalHeader {
     }
 
     fn decode_slot(slot: &[u8]) -> Option<JournalHeader> {
-        let word = |at: usize| u64::from_le_bytes(slot[at..at + 8].try_into().expect("8 bytes"));
-        let magic = u32::from_le_bytes(slot[0..4].try_into().expect("4 bytes"));
-        let crc = u32::from_le_bytes(slot[4..8].try_into().expect("4 bytes"));
-        let version = u32::from_le_bytes(slot[8..12].try_into().expect("4 bytes"));
+        let word = |at: usize| le_u64(slot, at);
+        let (magic, crc, version) = (le_u32(slot, 0), le_u32(slot, 4), le_u32(slot, 8));
         if magic != HEADER_MAGIC
             || crc != crc32c::crc32c(&slot[8..HEADER_BYTES])
             || version != HEADER_VERSION
@@ -504,8 +511,7 @@ fn record_at(ring: &[u8], at: u64, expected: JournalSeq, ring_id: u64) -> Found<
     else {
         return Found::Absent;
     };
-    let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
-    let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
+    let (u32_at, u64_at) = (|i| le_u32(head, i), |i| le_u64(head, i));
     if u32_at(0) != RECORD_MAGIC || u64_at(8) != expected.0 || u64_at(40) != ring_id {
         return Found::Absent;
     }
@@ -521,8 +527,7 @@ fn whole_record<'a>(
     head: &[u8],
     expected: JournalSeq,
 ) -> Option<(Record<'a>, u64)> {
-    let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
-    let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
+    let (u32_at, u64_at) = (|i| le_u32(head, i), |i| le_u64(head, i));
     let kind = head[16];
     let reserved = head[17];
     let log_len = u16::from_le_bytes([head[18], head[19]]) as usize;
@@ -683,6 +688,24 @@ mod tests {
         }
     }
 
+    fn write_spec<'a>(log: &'a str, base: i64, position: u64, bytes: &'a [u8]) -> RecordSpec<'a> {
+        RecordSpec {
+            log,
+            body: RecordBody::Write {
+                segment_base: Offset(base),
+                position,
+                bytes,
+            },
+        }
+    }
+
+    fn fence_spec(log: &str) -> RecordSpec<'_> {
+        RecordSpec {
+            log,
+            body: RecordBody::Fence,
+        }
+    }
+
     fn chunk(fill: u8, blocks: usize) -> Vec<u8> {
         vec![fill; blocks * JOURNAL_BLOCK_BYTES as usize]
     }
@@ -694,31 +717,12 @@ mod tests {
         let (a, b) = (chunk(1, 1), chunk(2, 2));
         let round = writer
             .round(&[
-                RecordSpec {
-                    log: "t-0",
-                    body: RecordBody::Write {
-                        segment_base: Offset(0),
-                        position: 0,
-                        bytes: &a,
-                    },
-                },
-                RecordSpec {
-                    log: "t-1",
-                    body: RecordBody::Write {
-                        segment_base: Offset(100),
-                        position: 8192,
-                        bytes: &b,
-                    },
-                },
+                write_spec("t-0", 0, 0, &a),
+                write_spec("t-1", 100, 8192, &b),
             ])
             .unwrap();
         image.write(round.position, &round.bytes);
-        let fence = writer
-            .round(&[RecordSpec {
-                log: "t-0",
-                body: RecordBody::Fence,
-            }])
-            .unwrap();
+        let fence = writer.round(&[fence_spec("t-0")]).unwrap();
         image.write(fence.position, &fence.bytes);
 
         let records = scan(&image.bytes).unwrap().records;
@@ -766,17 +770,6 @@ mod tests {
         );
     }
 
-    fn write_spec<'a>(log: &'a str, position: u64, bytes: &'a [u8]) -> RecordSpec<'a> {
-        RecordSpec {
-            log,
-            body: RecordBody::Write {
-                segment_base: Offset(0),
-                position,
-                bytes,
-            },
-        }
-    }
-
     /// A round's first sector lost and the rest landed: nothing of it is
     /// read, and after a resume the old records that survived further on
     /// cannot pass for the new rounds' (they carry the old id), even where
@@ -787,12 +780,7 @@ mod tests {
         let mut image = Image::new(&writer);
         // Fence records of 64 bytes: the 65th starts a block after the first.
         let name = "a-log-name-of-16";
-        let fences: Vec<RecordSpec> = (0..70)
-            .map(|_| RecordSpec {
-                log: name,
-                body: RecordBody::Fence,
-            })
-            .collect();
+        let fences: Vec<RecordSpec> = (0..70).map(|_| fence_spec(name)).collect();
         assert_eq!(RECORD_HEADER_BYTES + name.len(), 64);
         let round = writer.round(&fences).unwrap();
         image.write(round.position, &round.bytes);
@@ -828,19 +816,17 @@ mod tests {
     fn a_record_forged_inside_a_chunk_is_not_read() {
         let mut writer = RingWriter::new(RING_BYTES, JournalSeq(10), RING_ID).unwrap();
         let mut image = Image::new(&writer);
-        let small = writer
-            .round(&[RecordSpec {
-                log: "t-0",
-                body: RecordBody::Fence,
-            }])
-            .unwrap();
+        let small = writer.round(&[fence_spec("t-0")]).unwrap();
         image.write(small.position, &small.bytes);
         // What a scan tries next: the block after the round. A stale chunk
         // there holds a record-shaped block numbered as the next record.
         let forge = |ring_id: u64| {
             let mut forger = RingWriter::new(RING_BYTES, JournalSeq(11), ring_id).unwrap();
             let chunk = vec![0xab; JOURNAL_BLOCK_BYTES as usize];
-            forger.round(&[write_spec("t-1", 0, &chunk)]).unwrap().bytes
+            forger
+                .round(&[write_spec("t-1", 0, 0, &chunk)])
+                .unwrap()
+                .bytes
         };
         let next_block = small.position + JOURNAL_BLOCK_BYTES;
         image.write(next_block, &forge(RING_ID ^ 0xdead_beef));

@@ -6,7 +6,8 @@
 //!
 //! Blocking std I/O: it runs once, before the shards start.
 
-use std::collections::BTreeSet;
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -86,7 +87,9 @@ pub fn replay_journals(data_dir: &Path) -> Result<ReplayReport, ReplayError> {
         })?;
         report.rings += 1;
         report.records += found.records.len();
-        let mut touched: BTreeSet<PathBuf> = BTreeSet::new();
+        // Each segment file opened once, synced once, whatever its records.
+        let mut files: BTreeMap<PathBuf, File> = BTreeMap::new();
+        let mut ring_logs: BTreeSet<&str> = BTreeSet::new();
         for record in replay_plan(&found.records) {
             let RecordBody::Write {
                 segment_base,
@@ -97,34 +100,28 @@ pub fn replay_journals(data_dir: &Path) -> Result<ReplayReport, ReplayError> {
                 unreachable!("a replay plan holds writes only");
             };
             let path = segment_path(&topics.join(record.log), segment_base, LOG_SUFFIX);
-            let file = match OpenOptions::new().write(true).open(&path) {
-                Ok(file) => file,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    report.skipped_missing += 1;
-                    continue;
-                }
-                Err(e) => return Err(io_error(&path)(e)),
+            let file = match files.entry(path.clone()) {
+                Entry::Occupied(open) => open.into_mut(),
+                Entry::Vacant(slot) => match OpenOptions::new().write(true).open(slot.key()) {
+                    Ok(file) => slot.insert(file),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        report.skipped_missing += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(io_error(slot.key())(e)),
+                },
             };
             file.write_all_at(bytes, position)
                 .map_err(io_error(&path))?;
             report.writes += 1;
-            report.logs.insert(record.log.to_owned());
-            touched.insert(path);
+            ring_logs.insert(record.log);
         }
-        for path in &touched {
-            File::open(path)
-                .and_then(|f| f.sync_data())
-                .map_err(io_error(path))?;
+        for (path, file) in &files {
+            file.sync_data().map_err(io_error(path))?;
         }
         // A log written into is rescanned at open, whatever its own clean
         // marker says; removed durably before the ring forgets the records.
-        for log in found
-            .records
-            .iter()
-            .filter(|r| report.logs.contains(r.log))
-            .map(|r| r.log)
-            .collect::<BTreeSet<_>>()
-        {
+        for log in &ring_logs {
             let dir = topics.join(log);
             match fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE)) {
                 Ok(()) => sync_dir(&dir).map_err(io_error(&dir))?,
@@ -132,6 +129,9 @@ pub fn replay_journals(data_dir: &Path) -> Result<ReplayReport, ReplayError> {
                 Err(e) => return Err(io_error(&dir)(e)),
             }
         }
+        report
+            .logs
+            .extend(ring_logs.iter().map(|log| (*log).to_owned()));
         // Only now may the ring forget them: its new header says nothing is
         // live, and the next round goes after what was just replayed.
         let (_, header_block) = RingWriter::resume(&found, crate::runtime::random_u64());

@@ -338,14 +338,14 @@ impl ShardJournal {
         }
         // Records the format refuses (a bad name, an unaligned chunk) are a
         // caller's bug: answered to that caller alone.
-        let (batch, refused): (Vec<Pending>, Vec<Pending>) = batch
-            .into_iter()
-            .partition(|p| RingWriter::check_records(&p.specs().collect::<Vec<_>>()).is_ok());
-        for pending in refused {
-            let error = RingWriter::check_records(&pending.specs().collect::<Vec<_>>())
-                .expect_err("partitioned as refused");
-            pending.done.send(Err(invalid(&self.path, error)));
+        let mut accepted = Vec::with_capacity(batch.len());
+        for pending in batch {
+            match RingWriter::check_records(&pending.specs().collect::<Vec<_>>()) {
+                Ok(()) => accepted.push(pending),
+                Err(error) => pending.done.send(Err(invalid(&self.path, error))),
+            }
         }
+        let batch = accepted;
         if batch.is_empty() {
             return;
         }

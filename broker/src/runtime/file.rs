@@ -115,19 +115,7 @@ impl DirectFile {
     /// (a file made at its full size) needs no metadata, so it is one device
     /// write instead of a write, an `fdatasync` and its metadata.
     pub async fn open_write_through(path: &Path) -> io::Result<DirectFile> {
-        if sim::is_active() {
-            let mut file = DirectFile::wrap_sim(SimFile::open(path, true, false).await?);
-            file.write_through = true;
-            return Ok(file);
-        }
-        probe_device(path).await?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(O_DSYNC)
-            .dma_open(path)
-            .await?;
-        let mut file = DirectFile::wrap(file)?;
+        let mut file = DirectFile::open_existing(path, O_DSYNC).await?;
         file.write_through = true;
         Ok(file)
     }
@@ -138,6 +126,12 @@ impl DirectFile {
     }
 
     pub async fn open_read_write(path: &Path) -> io::Result<DirectFile> {
+        DirectFile::open_existing(path, 0).await
+    }
+
+    /// Opens an existing file for reading and writing with `custom_flags`
+    /// beside O_DIRECT (the simulated disk takes none).
+    async fn open_existing(path: &Path, custom_flags: i32) -> io::Result<DirectFile> {
         if sim::is_active() {
             return Ok(DirectFile::wrap_sim(
                 SimFile::open(path, true, false).await?,
@@ -147,6 +141,7 @@ impl DirectFile {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(custom_flags)
             .dma_open(path)
             .await?;
         DirectFile::wrap(file)
