@@ -683,9 +683,7 @@ fn space_allocated_ahead_of_the_writes_is_cut_after_a_crash_and_trimmed_at_close
 /// where the same loss without the journal leaves only the batches before it.
 #[test]
 fn a_journal_replayed_at_start_restores_a_tail_the_segment_lost() {
-    use broker::log::journal::{
-        JournalSeq, RecordBody, RecordSpec, RingWriter, JOURNAL_BLOCK_BYTES,
-    };
+    use broker::log::journal::{JournalSeq, RecordSpec, RingWriter, JOURNAL_BLOCK_BYTES};
     use broker::log::journal_replay::{replay_journals, JOURNAL_DIR, JOURNAL_SUFFIX};
 
     let lose_tail = |data: &Path| -> (PathBuf, i64, u64, Vec<u8>) {
@@ -723,14 +721,7 @@ fn a_journal_replayed_at_start_restores_a_tail_the_segment_lost() {
     let mut image = vec![0u8; 64 * 1024];
     image[..JOURNAL_BLOCK_BYTES as usize].copy_from_slice(&ring.header().encode_block(None));
     let round = ring
-        .round(&[RecordSpec {
-            log: "t-0",
-            body: RecordBody::Write {
-                segment_base: Offset(base),
-                position: cut,
-                bytes: &chunk,
-            },
-        }])
+        .round(&[RecordSpec::write("t-0", Offset(base), cut, &chunk)])
         .unwrap();
     let at = round.position as usize;
     image[at..at + round.bytes.len()].copy_from_slice(&round.bytes);

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::Path;
 
 use broker::log::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
-use broker::log::journal::{JournalSeq, RecordBody, RecordSpec, RingWriter};
+use broker::log::journal::{JournalSeq, RecordSpec, RingWriter};
 use broker::log::producer_state::ProducerStateTable;
 use broker::log::txn_index::{AbortedIndex, AbortedTxn};
 use protocol::record_batch::{stamp, stamp_producer};
@@ -154,29 +154,12 @@ fn main() -> std::io::Result<()> {
     let chunk = vec![7u8; 4096];
     let first = ring
         .round(&[
-            RecordSpec {
-                log: "orders-0",
-                body: RecordBody::Write {
-                    segment_base: Offset(0),
-                    position: 0,
-                    bytes: &chunk,
-                },
-            },
-            RecordSpec {
-                log: "orders-1",
-                body: RecordBody::Fence,
-            },
+            RecordSpec::write("orders-0", Offset(0), 0, &chunk),
+            RecordSpec::fence("orders-1"),
         ])
         .expect("round fits");
     let second = ring
-        .round(&[RecordSpec {
-            log: "orders-1",
-            body: RecordBody::Write {
-                segment_base: Offset(100),
-                position: 8192,
-                bytes: &chunk,
-            },
-        }])
+        .round(&[RecordSpec::write("orders-1", Offset(100), 8192, &chunk)])
         .expect("round fits");
     let mut two_rounds = first.bytes.clone();
     two_rounds.extend_from_slice(&second.bytes);

@@ -238,6 +238,27 @@ pub struct RecordSpec<'a> {
     pub body: RecordBody<'a>,
 }
 
+impl<'a> RecordSpec<'a> {
+    /// A chunk image of `log`'s segment `segment_base` at `position`.
+    pub fn write(log: &'a str, segment_base: Offset, position: u64, bytes: &'a [u8]) -> Self {
+        RecordSpec {
+            log,
+            body: RecordBody::Write {
+                segment_base,
+                position,
+                bytes,
+            },
+        }
+    }
+
+    pub fn fence(log: &'a str) -> Self {
+        RecordSpec {
+            log,
+            body: RecordBody::Fence,
+        }
+    }
+}
+
 impl RecordSpec<'_> {
     fn encoded_bytes(&self) -> usize {
         let payload = match self.body {
@@ -688,24 +709,6 @@ mod tests {
         }
     }
 
-    fn write_spec<'a>(log: &'a str, base: i64, position: u64, bytes: &'a [u8]) -> RecordSpec<'a> {
-        RecordSpec {
-            log,
-            body: RecordBody::Write {
-                segment_base: Offset(base),
-                position,
-                bytes,
-            },
-        }
-    }
-
-    fn fence_spec(log: &str) -> RecordSpec<'_> {
-        RecordSpec {
-            log,
-            body: RecordBody::Fence,
-        }
-    }
-
     fn chunk(fill: u8, blocks: usize) -> Vec<u8> {
         vec![fill; blocks * JOURNAL_BLOCK_BYTES as usize]
     }
@@ -717,12 +720,12 @@ mod tests {
         let (a, b) = (chunk(1, 1), chunk(2, 2));
         let round = writer
             .round(&[
-                write_spec("t-0", 0, 0, &a),
-                write_spec("t-1", 100, 8192, &b),
+                RecordSpec::write("t-0", Offset(0), 0, &a),
+                RecordSpec::write("t-1", Offset(100), 8192, &b),
             ])
             .unwrap();
         image.write(round.position, &round.bytes);
-        let fence = writer.round(&[fence_spec("t-0")]).unwrap();
+        let fence = writer.round(&[RecordSpec::fence("t-0")]).unwrap();
         image.write(fence.position, &fence.bytes);
 
         let records = scan(&image.bytes).unwrap().records;
@@ -780,7 +783,7 @@ mod tests {
         let mut image = Image::new(&writer);
         // Fence records of 64 bytes: the 65th starts a block after the first.
         let name = "a-log-name-of-16";
-        let fences: Vec<RecordSpec> = (0..70).map(|_| fence_spec(name)).collect();
+        let fences: Vec<RecordSpec> = (0..70).map(|_| RecordSpec::fence(name)).collect();
         assert_eq!(RECORD_HEADER_BYTES + name.len(), 64);
         let round = writer.round(&fences).unwrap();
         image.write(round.position, &round.bytes);
@@ -816,7 +819,7 @@ mod tests {
     fn a_record_forged_inside_a_chunk_is_not_read() {
         let mut writer = RingWriter::new(RING_BYTES, JournalSeq(10), RING_ID).unwrap();
         let mut image = Image::new(&writer);
-        let small = writer.round(&[fence_spec("t-0")]).unwrap();
+        let small = writer.round(&[RecordSpec::fence("t-0")]).unwrap();
         image.write(small.position, &small.bytes);
         // What a scan tries next: the block after the round. A stale chunk
         // there holds a record-shaped block numbered as the next record.
@@ -824,7 +827,7 @@ mod tests {
             let mut forger = RingWriter::new(RING_BYTES, JournalSeq(11), ring_id).unwrap();
             let chunk = vec![0xab; JOURNAL_BLOCK_BYTES as usize];
             forger
-                .round(&[write_spec("t-1", 0, 0, &chunk)])
+                .round(&[RecordSpec::write("t-1", Offset(0), 0, &chunk)])
                 .unwrap()
                 .bytes
         };

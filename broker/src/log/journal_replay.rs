@@ -183,17 +183,6 @@ mod tests {
         path
     }
 
-    fn write<'a>(log: &'a str, base: i64, position: u64, bytes: &'a [u8]) -> RecordSpec<'a> {
-        RecordSpec {
-            log,
-            body: RecordBody::Write {
-                segment_base: Offset(base),
-                position,
-                bytes,
-            },
-        }
-    }
-
     #[test]
     fn chunks_after_each_logs_last_fence_go_back_into_their_segments_once() {
         let data = tempfile::tempdir().unwrap();
@@ -204,18 +193,18 @@ mod tests {
         write_round(
             &ring,
             &mut writer,
-            &[write("t-0", 0, 0, &one), write("t-1", 500, 4096, &two)],
+            &[
+                RecordSpec::write("t-0", Offset(0), 0, &one),
+                RecordSpec::write("t-1", Offset(500), 4096, &two),
+            ],
         );
         write_round(
             &ring,
             &mut writer,
             &[
-                RecordSpec {
-                    log: "t-0",
-                    body: RecordBody::Fence,
-                },
-                write("t-0", 0, 4096, &three),
-                write("gone-0", 0, 0, &three),
+                RecordSpec::fence("t-0"),
+                RecordSpec::write("t-0", Offset(0), 4096, &three),
+                RecordSpec::write("gone-0", Offset(0), 0, &three),
             ],
         );
 
@@ -251,7 +240,11 @@ mod tests {
         let (mut resumed, header_block) = RingWriter::resume(&found, 78);
         let file = OpenOptions::new().write(true).open(&ring).unwrap();
         file.write_all_at(&header_block, 0).unwrap();
-        write_round(&ring, &mut resumed, &[write("t-1", 500, 0, &one)]);
+        write_round(
+            &ring,
+            &mut resumed,
+            &[RecordSpec::write("t-1", Offset(500), 0, &one)],
+        );
         let after = replay_journals(data.path()).unwrap();
         assert_eq!((after.records, after.writes), (1, 1));
         assert_eq!(fs::read(&b).unwrap(), one);

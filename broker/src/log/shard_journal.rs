@@ -19,7 +19,7 @@ use protocol::Offset;
 
 use super::checkpoint::sync_dir;
 use super::journal::{
-    scan, JournalError, JournalSeq, RecordBody, RecordSpec, RingWriter, JOURNAL_BLOCK_BYTES,
+    scan, JournalError, JournalSeq, RecordSpec, RingWriter, JOURNAL_BLOCK_BYTES,
     JOURNAL_CHUNK_BYTES_MAX, RECORD_HEADER_BYTES,
 };
 use super::journal_replay::JOURNAL_SUFFIX;
@@ -63,16 +63,11 @@ struct Pending {
 
 impl Pending {
     fn specs(&self) -> impl Iterator<Item = RecordSpec<'_>> {
-        self.entries.iter().map(|entry| RecordSpec {
-            log: &self.log,
-            body: match entry {
-                JournalEntry::Write(chunk) => RecordBody::Write {
-                    segment_base: chunk.segment_base,
-                    position: chunk.position,
-                    bytes: &chunk.buffer,
-                },
-                JournalEntry::Fence => RecordBody::Fence,
-            },
+        self.entries.iter().map(|entry| match entry {
+            JournalEntry::Write(chunk) => {
+                RecordSpec::write(&self.log, chunk.segment_base, chunk.position, &chunk.buffer)
+            }
+            JournalEntry::Fence => RecordSpec::fence(&self.log),
         })
     }
 
@@ -464,7 +459,7 @@ fn aligned(bytes: &[u8]) -> SharedBuffer {
 
 #[cfg(test)]
 mod tests {
-    use super::super::journal::JOURNAL_RING_BYTES_MIN;
+    use super::super::journal::{RecordBody, JOURNAL_RING_BYTES_MIN};
     use super::super::journal_replay::{replay_journals, JOURNAL_DIR};
     use super::super::segment::{segment_path, LOG_SUFFIX};
     use super::*;
