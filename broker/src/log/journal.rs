@@ -8,7 +8,8 @@
 //! One journal per shard, zeroed once and then only overwritten, takes every
 //! log's commit in one direct write that needs no metadata
 //! (docs/performance.md, "A shard-wide journal, measured before building
-//! it"). This module is the format only: nothing writes a journal yet.
+//! it"). This module is the format only; `shard_journal` writes the ring
+//! and `journal_replay` reads it back at start.
 //!
 //! Layout: the first [`JOURNAL_BLOCK_BYTES`] hold the header, twice (one copy
 //! per 512-byte sector, the newer generation wins, so a torn header write
@@ -46,6 +47,7 @@ const HEADER_BYTES: usize = 56;
 const COUNTER_MAX: u64 = u64::MAX / 2;
 const KIND_WRITE: u8 = 1;
 const KIND_FENCE: u8 = 2;
+const KIND_SEGMENT_FENCE: u8 = 3;
 
 /// A record's place in the journal's history: one above the record before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -65,6 +67,11 @@ pub enum RecordBody<'a> {
     /// already, or must never be written again (a truncation, a swap, a
     /// removal): replay skips it.
     Fence,
+    /// As `Fence`, for one segment of the log only: its file was replaced
+    /// by one of other bytes (a compaction swap), so nothing journaled for
+    /// it before may be written into it. The log's other segments keep
+    /// their records.
+    SegmentFence { segment_base: Offset },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,13 +264,20 @@ impl<'a> RecordSpec<'a> {
             body: RecordBody::Fence,
         }
     }
+
+    pub fn segment_fence(log: &'a str, segment_base: Offset) -> Self {
+        RecordSpec {
+            log,
+            body: RecordBody::SegmentFence { segment_base },
+        }
+    }
 }
 
 impl RecordSpec<'_> {
     fn encoded_bytes(&self) -> usize {
         let payload = match self.body {
             RecordBody::Write { bytes, .. } => bytes.len(),
-            RecordBody::Fence => 0,
+            RecordBody::Fence | RecordBody::SegmentFence { .. } => 0,
         };
         RECORD_HEADER_BYTES + self.log.len() + payload
     }
@@ -279,8 +293,9 @@ impl RecordSpec<'_> {
         Ok(())
     }
 
-    fn encode_into(&self, seq: JournalSeq, ring_id: u64, out: &mut Vec<u8>) {
-        let start = out.len();
+    /// Writes the record at `out[at..]` (which has room for it); returns
+    /// where it ends.
+    fn encode_at(&self, seq: JournalSeq, ring_id: u64, out: &mut [u8], at: usize) -> usize {
         let (kind, base, position, bytes): (u8, i64, u64, &[u8]) = match self.body {
             RecordBody::Write {
                 segment_base,
@@ -288,29 +303,54 @@ impl RecordSpec<'_> {
                 bytes,
             } => (KIND_WRITE, segment_base.0, position, bytes),
             RecordBody::Fence => (KIND_FENCE, 0, 0, &[]),
+            RecordBody::SegmentFence { segment_base } => {
+                (KIND_SEGMENT_FENCE, segment_base.0, 0, &[])
+            }
         };
-        out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
-        out.extend_from_slice(&[0; 4]);
-        out.extend_from_slice(&seq.0.to_le_bytes());
-        out.push(kind);
-        out.push(0);
-        out.extend_from_slice(&(self.log.len() as u16).to_le_bytes());
-        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        out.extend_from_slice(&base.to_le_bytes());
-        out.extend_from_slice(&position.to_le_bytes());
-        out.extend_from_slice(&ring_id.to_le_bytes());
-        out.extend_from_slice(self.log.as_bytes());
-        out.extend_from_slice(bytes);
-        let crc = crc32c::crc32c(&out[start + 8..]);
-        out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        let end = at + self.encoded_bytes();
+        let record = &mut out[at..end];
+        record[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+        record[8..16].copy_from_slice(&seq.0.to_le_bytes());
+        record[16] = kind;
+        record[17] = 0;
+        record[18..20].copy_from_slice(&(self.log.len() as u16).to_le_bytes());
+        record[20..24].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+        record[24..32].copy_from_slice(&base.to_le_bytes());
+        record[32..40].copy_from_slice(&position.to_le_bytes());
+        record[40..48].copy_from_slice(&ring_id.to_le_bytes());
+        let name_end = RECORD_HEADER_BYTES + self.log.len();
+        record[RECORD_HEADER_BYTES..name_end].copy_from_slice(self.log.as_bytes());
+        record[name_end..].copy_from_slice(bytes);
+        let crc = crc32c::crc32c(&record[8..]);
+        record[4..8].copy_from_slice(&crc.to_le_bytes());
+        end
+    }
+}
+
+/// What a round is encoded into, in place: a plain vector, or the I/O
+/// layer's aligned buffer that the ring file is written from (so a chunk's
+/// bytes are copied once, into the round).
+pub trait RoundBuffer {
+    /// A buffer of `len` bytes, of any content.
+    fn with_len(len: usize) -> Self;
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl RoundBuffer for Vec<u8> {
+    fn with_len(len: usize) -> Self {
+        vec![0; len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
     }
 }
 
 /// One write of the ring: `bytes` (block-padded) at `position`.
 #[derive(Debug, PartialEq, Eq)]
-pub struct RoundWrite {
+pub struct RoundWrite<B = Vec<u8>> {
     pub position: u64,
-    pub bytes: Vec<u8>,
+    pub bytes: B,
     /// The sequence numbers the round's records got, first to last.
     pub first_seq: JournalSeq,
     pub records: usize,
@@ -414,6 +454,14 @@ impl RingWriter {
 
     /// Encodes `records` as the next round. Nothing changes on an error.
     pub fn round(&mut self, records: &[RecordSpec<'_>]) -> Result<RoundWrite, JournalError> {
+        self.round_in(records)
+    }
+
+    /// As [`round`](Self::round), encoded into a buffer of type `B`.
+    pub fn round_in<B: RoundBuffer>(
+        &mut self,
+        records: &[RecordSpec<'_>],
+    ) -> Result<RoundWrite<B>, JournalError> {
         Self::check_records(records)?;
         let encoded: usize = records.iter().map(RecordSpec::encoded_bytes).sum();
         let round_bytes = (encoded as u64).next_multiple_of(JOURNAL_BLOCK_BYTES);
@@ -445,16 +493,19 @@ impl RingWriter {
                 free_bytes: self.free_bytes(),
             });
         }
-        let mut bytes = Vec::with_capacity(round_bytes as usize);
+        let mut bytes = B::with_len(round_bytes as usize);
+        let out = bytes.bytes_mut();
         let first_seq = self.head.seq;
+        let mut at = 0;
         for (i, record) in records.iter().enumerate() {
-            record.encode_into(
+            at = record.encode_at(
                 JournalSeq(first_seq.0 + i as u64),
                 self.header.ring_id,
-                &mut bytes,
+                out,
+                at,
             );
         }
-        bytes.resize(round_bytes as usize, 0);
+        out[at..].fill(0);
         self.written_bytes += needed_bytes;
         let end = position + round_bytes;
         self.head = RingPosition {
@@ -580,6 +631,11 @@ fn whole_record<'a>(
             }
         }
         KIND_FENCE if bytes_len == 0 && segment_base == 0 && position == 0 => RecordBody::Fence,
+        KIND_SEGMENT_FENCE if bytes_len == 0 && segment_base >= 0 && position == 0 => {
+            RecordBody::SegmentFence {
+                segment_base: Offset(segment_base),
+            }
+        }
         _ => return None,
     };
     Some((
@@ -663,20 +719,33 @@ pub struct Scan<'a> {
 }
 
 /// The records replay writes, in journal order: every log's writes after
-/// its last fence.
+/// its last fence and after the last fence of their own segment.
 pub fn replay_plan<'a>(records: &[Record<'a>]) -> Vec<Record<'a>> {
-    let mut last_fence = std::collections::HashMap::new();
+    use std::collections::HashMap;
+    let mut last_fence: HashMap<&str, usize> = HashMap::new();
+    let mut last_segment_fence: HashMap<(&str, Offset), usize> = HashMap::new();
     for (i, record) in records.iter().enumerate() {
-        if record.body == RecordBody::Fence {
-            last_fence.insert(record.log, i);
+        match record.body {
+            RecordBody::Fence => {
+                last_fence.insert(record.log, i);
+            }
+            RecordBody::SegmentFence { segment_base } => {
+                last_segment_fence.insert((record.log, segment_base), i);
+            }
+            RecordBody::Write { .. } => {}
         }
     }
     records
         .iter()
         .enumerate()
-        .filter(|(i, r)| {
-            matches!(r.body, RecordBody::Write { .. })
-                && last_fence.get(r.log).is_none_or(|fence| i > fence)
+        .filter(|(i, r)| match r.body {
+            RecordBody::Write { segment_base, .. } => {
+                last_fence.get(r.log).is_none_or(|fence| i > fence)
+                    && last_segment_fence
+                        .get(&(r.log, segment_base))
+                        .is_none_or(|fence| i > fence)
+            }
+            RecordBody::Fence | RecordBody::SegmentFence { .. } => false,
         })
         .map(|(_, r)| *r)
         .collect()
@@ -711,6 +780,53 @@ mod tests {
 
     fn chunk(fill: u8, blocks: usize) -> Vec<u8> {
         vec![fill; blocks * JOURNAL_BLOCK_BYTES as usize]
+    }
+
+    #[test]
+    fn a_segment_fence_hides_only_its_own_segment_before_it() {
+        let mut writer = RingWriter::new(RING_BYTES, JournalSeq(0), RING_ID).unwrap();
+        let mut image = Image::new(&writer);
+        let (a, b, c) = (chunk(1, 1), chunk(2, 1), chunk(3, 1));
+        for specs in [
+            vec![
+                RecordSpec::write("t-0", Offset(0), 0, &a),
+                RecordSpec::write("t-0", Offset(50), 0, &b),
+                RecordSpec::write("t-1", Offset(0), 0, &a),
+            ],
+            vec![RecordSpec::segment_fence("t-0", Offset(0))],
+            vec![RecordSpec::write("t-0", Offset(0), 4096, &c)],
+        ] {
+            let round = writer.round(&specs).unwrap();
+            image.write(round.position, &round.bytes);
+        }
+        let records = scan(&image.bytes).unwrap().records;
+        assert_eq!(
+            records[3].body,
+            RecordBody::SegmentFence {
+                segment_base: Offset(0)
+            }
+        );
+        let kept: Vec<(&str, Offset, u8)> = replay_plan(&records)
+            .iter()
+            .map(|r| match r.body {
+                RecordBody::Write {
+                    segment_base,
+                    bytes,
+                    ..
+                } => (r.log, segment_base, bytes[0]),
+                _ => unreachable!("replay plans writes only"),
+            })
+            .collect();
+        // t-0's segment 0 before the fence is gone; its segment 50, t-1's
+        // segment 0 and the write after the fence stay.
+        assert_eq!(
+            kept,
+            vec![
+                ("t-0", Offset(50), 2),
+                ("t-1", Offset(0), 1),
+                ("t-0", Offset(0), 3)
+            ]
+        );
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct ReplayReport {
     /// The logs written into: their recovery must scan, whatever a clean
     /// shutdown recorded.
     pub logs: BTreeSet<String>,
+    /// The segment files written into, each synced.
+    pub files: Vec<PathBuf>,
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> ReplayError + '_ {
@@ -119,6 +121,7 @@ pub fn replay_journals(data_dir: &Path) -> Result<ReplayReport, ReplayError> {
         for (path, file) in &files {
             file.sync_data().map_err(io_error(path))?;
         }
+        report.files.extend(files.into_keys());
         // A log written into is rescanned at open, whatever its own clean
         // marker says; removed durably before the ring forgets the records.
         for log in &ring_logs {
@@ -217,6 +220,7 @@ mod tests {
                 writes: 2,
                 skipped_missing: 1,
                 logs: ["t-0".to_owned(), "t-1".to_owned()].into(),
+                files: vec![a.clone(), b.clone()],
             }
         );
         // Fenced: t-0's first chunk is not written again.

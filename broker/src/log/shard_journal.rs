@@ -2,9 +2,10 @@
 //! and zeroed (so a write never changes the file's size or extents), opened
 //! write-through (`O_DSYNC`), and written one round at a time, every log's
 //! records handed over since the last round in one write that is durable
-//! when it completes. When a round finds no room, a checkpoint syncs the
-//! segment files the journaled chunks went to and moves the ring's start
-//! past them. Not wired into the logs yet: no broker makes a ring file.
+//! when it completes. Once half the ring is taken, a checkpoint starts
+//! beside the rounds: it syncs the segment files the journaled chunks went
+//! to, and the next round first moves the ring's start past them (a header
+//! write). A round only waits for a checkpoint when the ring is full.
 //!
 //! What a caller must keep: a chunk is handed over only once its segment
 //! write has landed, so a checkpoint's sync of that file covers it.
@@ -19,15 +20,17 @@ use protocol::Offset;
 
 use super::checkpoint::sync_dir;
 use super::journal::{
-    scan, JournalError, JournalSeq, RecordSpec, RingWriter, JOURNAL_BLOCK_BYTES,
-    JOURNAL_CHUNK_BYTES_MAX, RECORD_HEADER_BYTES,
+    scan, JournalError, JournalSeq, RecordSpec, RingMark, RingWriter, RoundBuffer,
+    JOURNAL_BLOCK_BYTES, JOURNAL_CHUNK_BYTES_MAX, RECORD_HEADER_BYTES,
 };
 use super::journal_replay::JOURNAL_SUFFIX;
-use crate::runtime::{self, AlignedBuffer, DirectFile, OneshotSender, SharedBuffer, TaskClass};
+use crate::runtime::{
+    self, AlignedBuffer, DirectFile, OneshotSender, SharedBuffer, TaskClass, Watermark,
+};
 
-/// The ring each shard keeps: at 250 MB/s a shard fills it in about a
-/// second, which is how often a checkpoint syncs the segment files (today
-/// only when a round finds no room, holding appends up meanwhile).
+/// The ring each shard keeps: at 250 MB/s a shard fills half of it in
+/// about half a second, which is how often a checkpoint syncs the segment
+/// files.
 pub const JOURNAL_RING_BYTES_DEFAULT: u64 = 256 << 20;
 /// The largest ring file `open` reads: a bound on what a stray file costs.
 pub const JOURNAL_RING_BYTES_MAX: u64 = 4 << 30;
@@ -51,8 +54,10 @@ pub struct JournalChunk {
 #[derive(Clone, Debug)]
 pub enum JournalEntry {
     Write(JournalChunk),
-    /// See [`RecordBody::Fence`].
+    /// See [`RecordBody::Fence`](super::journal::RecordBody::Fence).
     Fence,
+    /// See [`RecordBody::SegmentFence`](super::journal::RecordBody::SegmentFence).
+    SegmentFence(Offset),
 }
 
 struct Pending {
@@ -68,6 +73,7 @@ impl Pending {
                 RecordSpec::write(&self.log, chunk.segment_base, chunk.position, &chunk.buffer)
             }
             JournalEntry::Fence => RecordSpec::fence(&self.log),
+            JournalEntry::SegmentFence(base) => RecordSpec::segment_fence(&self.log, *base),
         })
     }
 
@@ -79,7 +85,7 @@ impl Pending {
                     + self.log.len()
                     + match entry {
                         JournalEntry::Write(chunk) => chunk.buffer.len(),
-                        JournalEntry::Fence => 0,
+                        JournalEntry::Fence | JournalEntry::SegmentFence(_) => 0,
                     }
             })
             .sum()
@@ -93,6 +99,8 @@ pub struct JournalStats {
     /// Bytes written in rounds, padding included.
     pub round_bytes: u64,
     pub checkpoints: u64,
+    /// Rounds that found the ring full and waited for a checkpoint.
+    pub checkpoint_waits: u64,
 }
 
 pub struct ShardJournal {
@@ -103,6 +111,13 @@ pub struct ShardJournal {
     running: Cell<bool>,
     /// Segment files written by records since the last checkpoint's mark.
     to_sync: RefCell<HashMap<usize, DirectFile>>,
+    /// A checkpoint's syncs are under way.
+    checkpointing: Cell<bool>,
+    /// Checkpoints whose syncs ended (well or not), for a full ring's wait.
+    checkpoints_ended: Rc<Watermark>,
+    /// What the last checkpoint's syncs made releasable: the next round
+    /// writes the header that releases it before it plans its own room.
+    releasable: Cell<Option<RingMark>>,
     /// Set by the first failed write: a round that failed part-way may have
     /// left bytes a scan stops at, so nothing after it could be replayed.
     failed: Cell<Option<io::ErrorKind>>,
@@ -183,6 +198,9 @@ impl ShardJournal {
             pending: RefCell::default(),
             running: Cell::new(false),
             to_sync: RefCell::default(),
+            checkpointing: Cell::new(false),
+            checkpoints_ended: Rc::new(Watermark::new(0)),
+            releasable: Cell::new(None),
             failed: Cell::new(None),
             stats: Cell::default(),
         }))
@@ -324,7 +342,7 @@ impl ShardJournal {
     }
 
     /// Writes `batch` as one round, or as several when it does not fit one.
-    async fn write_rounds(&self, batch: Vec<Pending>) {
+    async fn write_rounds(self: &Rc<Self>, batch: Vec<Pending>) {
         if let Some(kind) = self.failed.get() {
             for pending in batch {
                 pending.done.send(Err(self.failure(kind)));
@@ -376,14 +394,19 @@ impl ShardJournal {
         }
     }
 
-    async fn write_round(&self, batch: &[Pending]) -> Result<(), RoundError> {
+    async fn write_round(self: &Rc<Self>, batch: &[Pending]) -> Result<(), RoundError> {
         let specs: Vec<RecordSpec<'_>> = batch.iter().flat_map(Pending::specs).collect();
         let round = loop {
-            let planned = self.writer.borrow_mut().round(&specs);
+            self.release().await.map_err(RoundError::Failed)?;
+            let planned = self.writer.borrow_mut().round_in::<AlignedBuffer>(&specs);
             match planned {
                 Ok(round) => break round,
                 Err(JournalError::Full { .. }) => {
-                    self.checkpoint().await.map_err(RoundError::Failed)?;
+                    self.bump(|stats| stats.checkpoint_waits += 1);
+                    self.checkpoint_and_wait().await;
+                    if let Some(kind) = self.failed.get() {
+                        return Err(RoundError::Failed(self.failure(kind)));
+                    }
                 }
                 Err(e @ JournalError::RoundTooLarge { .. }) => {
                     return Err(RoundError::TooLarge(invalid(&self.path, e)))
@@ -391,8 +414,9 @@ impl ShardJournal {
                 Err(e) => return Err(RoundError::Refused(invalid(&self.path, e))),
             }
         };
+        let round_bytes = round.bytes.len();
         self.file
-            .write_at(&aligned(&round.bytes), round.position)
+            .write_at(&round.bytes.seal(round_bytes), round.position)
             .await
             .map_err(RoundError::Failed)?;
         {
@@ -407,37 +431,121 @@ impl ShardJournal {
                 }
             }
         }
-        let mut stats = self.stats.get();
-        stats.rounds += 1;
-        stats.records += round.records as u64;
-        stats.round_bytes += round.bytes.len() as u64;
-        self.stats.set(stats);
+        self.bump(|stats| {
+            stats.rounds += 1;
+            stats.records += round.records as u64;
+            stats.round_bytes += round_bytes as u64;
+        });
+        // Half the ring taken: the syncs that make room start now, beside
+        // the rounds, so a round seldom finds it full.
+        let (free, area) = {
+            let writer = self.writer.borrow();
+            (
+                writer.free_bytes(),
+                writer.header().ring_bytes - JOURNAL_BLOCK_BYTES,
+            )
+        };
+        if free < area / 2 {
+            self.start_checkpoint();
+        }
         Ok(())
     }
 
-    /// Syncs every segment file journaled chunks went to, then moves the
-    /// ring's start past those records, durably. Only the round loop calls
-    /// it, so two never overlap (one releasing records whose files the other
-    /// is still syncing).
-    async fn checkpoint(&self) -> io::Result<()> {
+    fn bump(&self, change: impl FnOnce(&mut JournalStats)) {
+        let mut stats = self.stats.get();
+        change(&mut stats);
+        self.stats.set(stats);
+    }
+
+    /// Starts a checkpoint unless one is under way: every segment file
+    /// journaled chunks went to so far is synced, in a task of its own,
+    /// and what that covers becomes releasable.
+    fn start_checkpoint(self: &Rc<Self>) {
+        if self.checkpointing.replace(true) {
+            return;
+        }
         let mark = self.writer.borrow().mark();
         let files: Vec<DirectFile> = std::mem::take(&mut *self.to_sync.borrow_mut())
             .into_values()
             .collect();
-        for file in &files {
-            // A failed sync fails the journal (the caller poisons it): the
-            // records it was to release stay live and the ring stays full.
-            file.fdatasync().await?;
-        }
+        let journal = self.clone();
+        runtime::spawn_in(TaskClass::Background, async move {
+            let syncs: Vec<_> = files
+                .into_iter()
+                .map(|file| runtime::spawn(async move { file.fdatasync().await }))
+                .collect();
+            let mut outcome = Ok(());
+            for sync in syncs {
+                if let Err(e) = sync.await {
+                    outcome = Err(e);
+                }
+            }
+            match outcome {
+                // Released by the next round (or `release_all`), which owns
+                // the header's writes.
+                Ok(()) => journal.releasable.set(Some(mark)),
+                Err(e) => {
+                    // The records it was to release stay live, and their
+                    // files unsynced: nothing may be released from now on.
+                    tracing::error!(path = %journal.path.display(), error = %e, "journal checkpoint sync failed; journaled writes fail from now on");
+                    journal.failed.set(Some(e.kind()));
+                }
+            }
+            journal.checkpointing.set(false);
+            journal
+                .checkpoints_ended
+                .advance(journal.checkpoints_ended.get() + 1);
+        })
+        .detach();
+    }
+
+    /// Starts a checkpoint if none is under way, and waits for the end of
+    /// the one under way then.
+    async fn checkpoint_and_wait(self: &Rc<Self>) {
+        let ended = self.checkpoints_ended.get();
+        self.start_checkpoint();
+        self.checkpoints_ended.wait_at_least(ended + 1).await;
+    }
+
+    /// Writes the header that moves the ring's start past what the last
+    /// checkpoint synced, if anything waits to be released. Only the round
+    /// loop (or `release_all`, once appends stopped) calls it, so a round
+    /// never uses room whose release is not durable yet.
+    async fn release(&self) -> io::Result<()> {
+        let Some(mark) = self.releasable.take() else {
+            return Ok(());
+        };
         let block = self.writer.borrow_mut().release_to(mark);
         if let Err(e) = self.file.write_at(&aligned(&block), 0).await {
             self.failed.set(Some(e.kind()));
             return Err(e);
         }
-        let mut stats = self.stats.get();
-        stats.checkpoints += 1;
-        self.stats.set(stats);
+        self.bump(|stats| stats.checkpoints += 1);
         Ok(())
+    }
+
+    /// Releases every record (a clean shutdown, once every log closed and
+    /// no append is under way): the next start then finds nothing to replay
+    /// and keeps its logs' clean-shutdown records.
+    pub async fn release_all(self: &Rc<Self>) -> io::Result<()> {
+        // Appends stopped; a round loop may still be on its way out.
+        while self.running.get() || !self.pending.borrow().is_empty() {
+            runtime::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        if let Some(kind) = self.failed.get() {
+            return Err(self.failure(kind));
+        }
+        // One under way covers only part: wait for it, then start another.
+        while self.checkpointing.get() {
+            let ended = self.checkpoints_ended.get();
+            self.checkpoints_ended.wait_at_least(ended + 1).await;
+        }
+        self.release().await?;
+        self.checkpoint_and_wait().await;
+        if let Some(kind) = self.failed.get() {
+            return Err(self.failure(kind));
+        }
+        self.release().await
     }
 }
 
@@ -449,6 +557,16 @@ enum RoundError {
     Refused(io::Error),
     /// The ring could not be written: the journal fails from now on.
     Failed(io::Error),
+}
+
+impl RoundBuffer for AlignedBuffer {
+    fn with_len(len: usize) -> Self {
+        AlignedBuffer::new(len)
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
 }
 
 fn aligned(bytes: &[u8]) -> SharedBuffer {
@@ -578,7 +696,7 @@ mod tests {
         assert!(found.records.len() < 40, "older records were released");
         match last.body {
             RecordBody::Write { bytes, .. } => assert!(bytes.iter().all(|b| *b == last_fill)),
-            RecordBody::Fence => panic!("no fences were written"),
+            _ => panic!("no fences were written"),
         }
     }
 
