@@ -69,6 +69,12 @@ pub struct BrokerConfig {
     /// opening and closing thousands of partitions fast. Default 64,
     /// 1..=`BLOCKING_THREADS_PER_SHARD_MAX`.
     pub blocking_threads_per_shard: usize,
+    /// Size of each shard's journal ring (`DATA_DIR/journal/shard-N.ring`),
+    /// made and zeroed once: under `flush.policy=always` a shard's logs
+    /// commit through it in one write per round instead of syncing their
+    /// segment files each. 0 turns the journal off. Default 256 MiB; 0, or
+    /// a multiple of 4 KiB within `JOURNAL_RING_BYTES_MIN..=JOURNAL_RING_BYTES_MAX`.
+    pub journal_ring_bytes_per_shard: u64,
     /// Controller endpoints (HOST:PORT) of the cluster's quorum. Default
     /// empty: the broker then runs its own one-voter controller in-process.
     pub controllers: Vec<String>,
@@ -303,6 +309,7 @@ pub struct FileConfig {
     pub idle_spin_us: Option<u64>,
     pub io_memory_bytes_per_shard: Option<usize>,
     pub blocking_threads_per_shard: Option<usize>,
+    pub journal_ring_bytes_per_shard: Option<u64>,
     /// Comma-separated controller endpoints.
     pub controller: Option<String>,
     pub embedded_controller_listen: Option<String>,
@@ -366,6 +373,9 @@ impl FileConfig {
             blocking_threads_per_shard: overrides
                 .blocking_threads_per_shard
                 .or(self.blocking_threads_per_shard),
+            journal_ring_bytes_per_shard: overrides
+                .journal_ring_bytes_per_shard
+                .or(self.journal_ring_bytes_per_shard),
             controller: overrides.controller.or(self.controller),
             embedded_controller_listen: overrides
                 .embedded_controller_listen
@@ -484,6 +494,9 @@ impl BrokerConfig {
             idle_spin_us: file.idle_spin_us.unwrap_or(0),
             io_memory_bytes_per_shard: file.io_memory_bytes_per_shard.unwrap_or(64 << 20),
             blocking_threads_per_shard: file.blocking_threads_per_shard.unwrap_or(64),
+            journal_ring_bytes_per_shard: file
+                .journal_ring_bytes_per_shard
+                .unwrap_or(crate::log::shard_journal::JOURNAL_RING_BYTES_DEFAULT),
             controllers: parse_controllers(file.controller.as_deref())?,
             embedded_controller_listen,
             replica_lag_time_max_ms: file.replica_lag_time_max_ms.unwrap_or(10_000),
@@ -504,6 +517,22 @@ impl BrokerConfig {
                 "io_memory_bytes_per_shard",
                 format!(
                     "must be within {IO_MEMORY_BYTES_PER_SHARD_MIN}..={IO_MEMORY_BYTES_PER_SHARD_MAX}"
+                ),
+            );
+        }
+        let ring_bytes = self.journal_ring_bytes_per_shard;
+        if ring_bytes != 0
+            && (!(crate::log::journal::JOURNAL_RING_BYTES_MIN
+                ..=crate::log::shard_journal::JOURNAL_RING_BYTES_MAX)
+                .contains(&ring_bytes)
+                || !ring_bytes.is_multiple_of(crate::log::journal::JOURNAL_BLOCK_BYTES))
+        {
+            return bad(
+                "journal_ring_bytes_per_shard",
+                format!(
+                    "must be 0 (no journal) or a multiple of 4096 within {}..={}",
+                    crate::log::journal::JOURNAL_RING_BYTES_MIN,
+                    crate::log::shard_journal::JOURNAL_RING_BYTES_MAX
                 ),
             );
         }

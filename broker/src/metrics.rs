@@ -77,6 +77,13 @@ impl Drop for FetchWaiter {
     }
 }
 
+/// A shard's disk counters: its logs' (summed) and its journal's.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StorageStats {
+    pub log: crate::log::LogStats,
+    pub journal: crate::log::shard_journal::JournalStats,
+}
+
 impl ShardMetrics {
     pub fn on_request(
         &self,
@@ -182,11 +189,12 @@ impl ShardMetrics {
         &self,
         shard: usize,
         log_end_offsets: &BTreeMap<PartitionKey, i64>,
-        log: crate::log::LogStats,
+        storage: StorageStats,
         cleaning: &BTreeMap<PartitionKey, CleanerGauges>,
         groups: &GroupGauges,
         cache_bytes: usize,
     ) -> String {
+        let StorageStats { log, journal } = storage;
         let mut out = String::new();
         for (api, count) in self.requests.borrow().iter() {
             let _ = writeln!(
@@ -240,6 +248,16 @@ impl ShardMetrics {
                 log.rescanned_segments,
             ),
             ("ringlog_log_data_syncs_total", log.data_syncs),
+            ("ringlog_log_journal_commits_total", log.journal_commits),
+            ("ringlog_log_journal_fallbacks_total", log.journal_fallbacks),
+            ("ringlog_journal_rounds_total", journal.rounds),
+            ("ringlog_journal_records_total", journal.records),
+            ("ringlog_journal_written_bytes_total", journal.round_bytes),
+            ("ringlog_journal_checkpoints_total", journal.checkpoints),
+            (
+                "ringlog_journal_checkpoint_waits_total",
+                journal.checkpoint_waits,
+            ),
             ("ringlog_log_preallocations_total", log.preallocations),
             (
                 "ringlog_log_preallocations_refused_total",

@@ -206,6 +206,22 @@ async fn run_shard(
         mesh,
     );
     shard.trust_clean_logs(clean_logs);
+    let journal = if config.journal_ring_bytes_per_shard > 0 {
+        let dir = config
+            .data_dir
+            .join(crate::log::journal_replay::JOURNAL_DIR);
+        let journal = crate::log::shard_journal::ShardJournal::open(
+            &dir,
+            &format!("shard-{shard_id}"),
+            config.journal_ring_bytes_per_shard,
+        )
+        .await
+        .map_err(|e| fail(format!("opening the journal in {}: {e}", dir.display())))?;
+        shard.use_journal(journal.clone());
+        Some(journal)
+    } else {
+        None
+    };
     let receivers = shard.mesh_mut().take_receivers();
     let shard = Rc::new(shard);
     for (_, receiver) in receivers {
@@ -300,5 +316,13 @@ async fn run_shard(
     for task in tasks {
         task.await;
     }
-    Ok(shard.close_all_unmarked().await)
+    let closed = shard.close_all_unmarked().await;
+    if let Some(journal) = journal {
+        // Every log closed synced: nothing in the ring is needed, and a
+        // start that found records would rescan the logs they name.
+        if let Err(e) = journal.release_all().await {
+            tracing::error!(shard = shard_id, error = %e, "emptying the journal failed; the next start replays it and rescans its logs");
+        }
+    }
+    Ok(closed)
 }

@@ -491,3 +491,85 @@ fn a_replica_appends_across_a_compacted_hole() {
         assert_eq!(log.log_end_offset(), Offset(11));
     });
 }
+
+/// A compaction swap fences the journal's records of the segments it
+/// replaces: a replay after a crash never writes the old segments' images
+/// into the compacted files, which would put removed records back over
+/// the kept ones and break the log at the first mismatch.
+#[test]
+fn a_swap_fences_the_journal_so_a_replay_leaves_compacted_segments_alone() {
+    use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
+    use broker::log::shard_journal::ShardJournal;
+
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("topics").join("c-0");
+    let config = LogConfig {
+        min_compaction_lag_ms: 0,
+        flush_policy: FlushPolicy::Always,
+        ..config()
+    };
+    let clock = Rc::new(ManualClock::new(1_000_000));
+    let mut finals = HashMap::new();
+    let mut active_base = Offset(0);
+    {
+        let (data, dir, config, clock, finals, active_base) = (
+            data.path(),
+            dir.clone(),
+            config.clone(),
+            clock.clone(),
+            &mut finals,
+            &mut active_base,
+        );
+        run(async move {
+            let journal = ShardJournal::open(&data.join(JOURNAL_DIR), "shard-0", 4 << 20)
+                .await
+                .unwrap();
+            let log = open(&dir, config, &clock).await;
+            log.attach_journal(journal);
+            for round in 0..60u64 {
+                let records: Vec<(u8, bool)> = (0..KEYS).map(|k| (k, false)).collect();
+                let (bytes, _) = keyed_batch(&records, 40, round % 2 == 0, clock.now_ms(), round);
+                let info = log.append(&bytes, LeaderEpoch(1)).await.unwrap();
+                log.wait_for_ack(info.log_end_offset).await.unwrap();
+                for k in 0..KEYS {
+                    finals.insert(k, info.base_offset.0 + i64::from(k));
+                }
+                clock.advance(10);
+            }
+            assert!(log.stats().journal_commits > 0);
+            // Rolled segments sealed (synced), then compacted.
+            log.flush().await.unwrap();
+            let report = log.clean(&pass(&log, 1 << 15, None)).await.unwrap();
+            assert!(report.segments_rewritten > 1, "{report:?}");
+            assert!(report.records_removed > 0, "{report:?}");
+            *active_base = *log.segment_bases().last().unwrap();
+            // Dropped unclosed: a crash, with every record still in the ring.
+        });
+    }
+    let replayed = replay_journals(data.path()).unwrap();
+    assert!(replayed.records > 0);
+    run(async {
+        let log = open(&dir, config, &clock).await;
+        assert_eq!(log.log_end_offset(), Offset(60 * i64::from(KEYS)));
+        let read = read_all(&log).await;
+        for (key, offset) in &finals {
+            assert!(
+                read.iter().any(|(o, r)| o == offset && r.key == *key),
+                "key {key}'s last value at {offset}"
+            );
+        }
+        // The compaction stands: below the active segment, each key once.
+        let mut seen = HashMap::new();
+        for (offset, record) in read.iter().filter(|(o, _)| *o < active_base.0) {
+            if let Some(first) = seen.insert(record.key, *offset) {
+                panic!("key {} at {first} and again at {offset}", record.key);
+            }
+        }
+        log.close().await.unwrap();
+    });
+    let found = run(async {
+        verify_partition_dir(&dir, VerifyOptions::default(), &mut std::io::sink()).await
+    })
+    .unwrap();
+    assert!(found.problems.is_empty(), "{:?}", found.problems);
+}

@@ -744,3 +744,176 @@ fn a_journal_replayed_at_start_restores_a_tail_the_segment_lost() {
     let verified = verify(&dir);
     assert!(verified.problems.is_empty(), "{:?}", verified.problems);
 }
+
+/// Every segment file of `dir`, by name, with its size now.
+fn segment_sizes(dir: &Path) -> Vec<(PathBuf, u64)> {
+    segment_files(dir)
+        .into_iter()
+        .map(|path| {
+            let len = std::fs::metadata(&path).unwrap().len();
+            (path, len)
+        })
+        .collect()
+}
+
+/// A power loss that lost every write since `synced` (the segment files'
+/// sizes when everything was last synced): files are cut back to those
+/// sizes, and files made since lose every byte.
+fn lose_writes_since(dir: &Path, synced: &[(PathBuf, u64)]) {
+    for path in segment_files(dir) {
+        let len = synced
+            .iter()
+            .find(|(p, _)| *p == path)
+            .map_or(0, |(_, len)| *len);
+        cut_file(&path, len);
+    }
+}
+
+/// The tag of each batch of the log in `dir`, by base offset, after a
+/// reopen, and its end.
+fn tags_after_reopen(dir: &Path) -> (Vec<(i64, u64)>, Offset) {
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let log = open(dir, config(), &clock).await;
+        let end = log.log_end_offset();
+        let mut next = log.log_start_offset();
+        let mut tags = Vec::new();
+        while next < end {
+            let fetched = log.read(next, 1 << 20, end).await.unwrap();
+            tags.extend(decode(&fetched.bytes).into_iter().map(|(base, values)| {
+                let value = String::from_utf8_lossy(&values[0]).into_owned();
+                let tag = value.split(':').next().unwrap().parse().unwrap();
+                (base, tag)
+            }));
+            next = fetched.next_offset;
+        }
+        log.close().await.unwrap();
+        (tags, end)
+    })
+}
+
+/// Under `always` with a shard journal attached, an acknowledgement waits
+/// for the journal's round, not for a sync of the segment files: a power
+/// loss may take every byte the files were given since the log opened, and
+/// the replay at start brings each acknowledged batch back. Without the
+/// replay the same loss empties the log.
+#[test]
+fn acks_through_the_journal_survive_the_loss_of_every_unsynced_segment_byte() {
+    use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
+    use broker::log::shard_journal::ShardJournal;
+
+    let run_and_lose = |data: &Path| -> PathBuf {
+        let dir = data.join("topics").join("t-0");
+        let (data, log_dir) = (data.to_path_buf(), dir.clone());
+        run(async move {
+            let journal = ShardJournal::open(&data.join(JOURNAL_DIR), "shard-0", 4 << 20)
+                .await
+                .unwrap();
+            let clock = Rc::new(ManualClock::new(1_000));
+            let log = open(&log_dir, config(), &clock).await;
+            log.attach_journal(journal);
+            for tag in 0..BATCHES {
+                let info = log
+                    .append(
+                        &batch(tag, RECORDS, 1_000 + tag as i64, 150),
+                        LeaderEpoch(3),
+                    )
+                    .await
+                    .unwrap();
+                log.wait_for_ack(info.log_end_offset).await.unwrap();
+            }
+            let stats = log.stats();
+            assert!(stats.journal_commits > 0, "{stats:?}");
+            assert_eq!(stats.data_syncs, 0, "no segment file was synced for an ack");
+            assert!(segment_files(&log_dir).len() > 2, "the log rolled");
+            // Dropped unclosed: a crash. Nothing was synced since the open
+            // (no rolled segment was finished, the ring never checkpointed).
+        });
+        lose_writes_since(&dir, &[]);
+        dir
+    };
+
+    let without = tempfile::tempdir().unwrap();
+    let dir = run_and_lose(without.path());
+    std::fs::remove_dir_all(without.path().join(JOURNAL_DIR)).unwrap();
+    let (tags, end) = tags_after_reopen(&dir);
+    assert!(
+        tags.is_empty() && end == Offset(0),
+        "the loss empties the log"
+    );
+
+    let with = tempfile::tempdir().unwrap();
+    let dir = run_and_lose(with.path());
+    let report = replay_journals(with.path()).unwrap();
+    assert!(report.writes > 0);
+    let (tags, end) = tags_after_reopen(&dir);
+    let want: Vec<(i64, u64)> = (0..BATCHES)
+        .map(|t| (t as i64 * RECORDS as i64, t))
+        .collect();
+    assert_eq!(tags, want);
+    assert_eq!(end, Offset(BATCHES as i64 * RECORDS as i64));
+    let verified = verify(&dir);
+    assert!(verified.problems.is_empty(), "{:?}", verified.problems);
+}
+
+/// A truncation fences the log's journal records after syncing what it
+/// keeps: a replay after a later crash never writes the cut batches' images
+/// back (which would bring back records a follower cut as divergent), and
+/// writes back what was acknowledged after the cut.
+#[test]
+fn a_truncation_fences_the_journal_so_a_replay_never_brings_cut_batches_back() {
+    use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
+    use broker::log::shard_journal::ShardJournal;
+
+    let cut = Offset((BATCHES / 2) as i64 * RECORDS as i64);
+    // Crashed right after the cut, then with a few batches acknowledged after it.
+    for later in [0u64, 3] {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("topics").join("t-0");
+        let (data_path, log_dir) = (data.path().to_path_buf(), dir.clone());
+        let synced = run(async move {
+            let journal = ShardJournal::open(&data_path.join(JOURNAL_DIR), "shard-0", 4 << 20)
+                .await
+                .unwrap();
+            let clock = Rc::new(ManualClock::new(1_000));
+            let log = open(&log_dir, config(), &clock).await;
+            log.attach_journal(journal);
+            let ack = |tag: u64| {
+                let log = log.clone();
+                async move {
+                    let info = log
+                        .append(
+                            &batch(tag, RECORDS, 1_000 + tag as i64, 150),
+                            LeaderEpoch(3),
+                        )
+                        .await
+                        .unwrap();
+                    log.wait_for_ack(info.log_end_offset).await.unwrap();
+                }
+            };
+            for tag in 0..BATCHES {
+                ack(tag).await;
+            }
+            assert_eq!(log.truncate_to(cut).await.unwrap(), cut);
+            // Everything the log keeps is synced now.
+            let synced = segment_sizes(&log_dir);
+            // New batches over the cut ones' offsets, tagged apart from them.
+            for tag in 1_000..1_000 + later {
+                ack(tag).await;
+            }
+            synced
+        });
+        lose_writes_since(&dir, &synced);
+        replay_journals(data.path()).unwrap();
+        let (tags, end) = tags_after_reopen(&dir);
+        let want: Vec<(i64, u64)> = (0..BATCHES / 2)
+            .chain(1_000..1_000 + later)
+            .enumerate()
+            .map(|(i, t)| (i as i64 * RECORDS as i64, t))
+            .collect();
+        assert_eq!(tags, want, "{later} batches after the cut");
+        assert_eq!(end, Offset((BATCHES / 2 + later) as i64 * RECORDS as i64));
+        let verified = verify(&dir);
+        assert!(verified.problems.is_empty(), "{:?}", verified.problems);
+    }
+}

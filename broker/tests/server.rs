@@ -201,8 +201,9 @@ fn metrics_endpoint_reports_every_shard() {
             || text.contains("ringlog_log_end_offset{shard=\"1\",topic=\"m\",partition=\"1\"} 5"),
         "{text}"
     );
-    // Every direct write and every data sync is timed: an acknowledgement
-    // (acks=1 under the default `always`) waited for both.
+    // Every direct write and every commit is timed: an acknowledgement
+    // (acks=1 under the default `always`) waited for both. With the
+    // default shard journal, a commit is a journal round, not a file sync.
     let sum = |name: &str| -> u64 {
         text.lines()
             .filter(|l| l.starts_with(&format!("{name}{{")))
@@ -210,10 +211,16 @@ fn metrics_endpoint_reports_every_shard() {
             .sum()
     };
     let writes = sum("ringlog_log_chunk_writes_total");
-    let syncs = sum("ringlog_log_data_syncs_total");
-    assert!(writes >= 2 && syncs >= 2, "{writes} writes, {syncs} syncs");
+    let journaled = sum("ringlog_log_journal_commits_total");
+    let commits = sum("ringlog_log_data_syncs_total") + journaled;
+    assert!(
+        writes >= 2 && journaled >= 2,
+        "{writes} writes, {journaled} journal commits"
+    );
+    assert!(sum("ringlog_journal_rounds_total") >= 1, "{text}");
+    assert_eq!(sum("ringlog_log_journal_fallbacks_total"), 0, "{text}");
     assert_eq!(sum("ringlog_log_write_seconds_count"), writes, "{text}");
-    assert_eq!(sum("ringlog_log_sync_seconds_count"), syncs, "{text}");
+    assert_eq!(sum("ringlog_log_sync_seconds_count"), commits, "{text}");
     assert!(text.contains("ringlog_log_write_seconds_bucket{shard=\"0\",le=\"+Inf\"}"));
     assert!(text.contains("ringlog_log_sync_seconds_sum{shard=\"1\"}"));
 }

@@ -212,10 +212,12 @@ fn run_storage(args: &Args, seeds: Vec<u64>) -> ExitCode {
             total.names_reverted += report.names_reverted;
             total.truncations += report.truncations;
             total.records_checked += report.records_checked;
+            total.journal_commits += report.journal_commits;
+            total.journal_writes_replayed += report.journal_writes_replayed;
         },
     );
     println!(
-        "storage: {passed} seeds passed, {} failed {:?}; {} batches acknowledged, {} power losses ({} writes torn, {} directory entries undone or brought back), {} truncations, {} recovered records checked in {:.1} s",
+        "storage: {passed} seeds passed, {} failed {:?}; {} batches acknowledged, {} power losses ({} writes torn, {} directory entries undone or brought back), {} truncations, {} recovered records checked, {} journal commits, {} chunk images replayed from journals in {:.1} s",
         failed.len(),
         failed,
         total.acked_batches,
@@ -224,6 +226,8 @@ fn run_storage(args: &Args, seeds: Vec<u64>) -> ExitCode {
         total.names_reverted,
         total.truncations,
         total.records_checked,
+        total.journal_commits,
+        total.journal_writes_replayed,
         started.elapsed().as_secs_f64()
     );
     exit_code(&failed)

@@ -13,6 +13,12 @@
 //! duplicate is answered with its first copy's offsets, every acknowledgement wait ended
 //! (answered or refused) within its deadline, and at the very end `verify-log`
 //! finds the directory clean.
+//!
+//! Three seeds in four attach a small shard journal (`journal_used`), as a
+//! broker does, so commits under `always` go through its ring (which wraps
+//! and checkpoints every few hundred kilobytes); between lives the journal
+//! is replayed into the segment files as a broker's start does, before the
+//! log opens.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -21,6 +27,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use broker::clock::Clock;
+use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
+use broker::log::shard_journal::ShardJournal;
 use broker::log::{FlushPolicy, LogConfig, LogError, PartitionLog};
 use broker::runtime::{self, sim};
 use protocol::{
@@ -43,6 +51,10 @@ pub struct StorageOptions {
     /// wait only for the write must then be lost, which shows the checker
     /// sees losses (a self-test, never a product setting).
     pub power_loss_under_any_policy: bool,
+    /// Delete the journal between lives instead of replaying it: acks that
+    /// only the journal held must then be lost, which shows replay is what
+    /// keeps them (a self-test).
+    pub drop_journal: bool,
 }
 
 impl Default for StorageOptions {
@@ -53,6 +65,7 @@ impl Default for StorageOptions {
             life_ms_max: 400,
             trace: false,
             power_loss_under_any_policy: false,
+            drop_journal: false,
         }
     }
 }
@@ -71,6 +84,10 @@ pub struct StorageReport {
     pub records_checked: u64,
     /// Resent batches the log answered as duplicates of their first copy.
     pub duplicates: u64,
+    /// Commits made durable through the journal, and chunk images its
+    /// replay wrote back between lives.
+    pub journal_commits: u64,
+    pub journal_writes_replayed: u64,
 }
 
 pub type StorageFailure = crate::tagged::SeedFailure;
@@ -158,6 +175,14 @@ impl Model {
     }
 }
 
+/// Whether seed `seed` runs its log with a shard journal attached.
+pub fn journal_used(seed: u64) -> bool {
+    (seed / 3) % 4 != 3
+}
+
+/// A ring of 64 blocks: every few dozen commits wrap it and checkpoint.
+const JOURNAL_RING_BYTES: u64 = 64 * 4096;
+
 fn config(seed: u64) -> LogConfig {
     let flush_policy = match seed % 3 {
         0 => FlushPolicy::IntervalMs(20),
@@ -232,7 +257,9 @@ fn run_in(
     // Directory entries are durable only once their directory is synced.
     disk.watch(&data, &root.join("shadow"))
         .expect("the simulated disk watches the data directory");
-    let dir = data.join("sim-0");
+    // Where a broker keeps its logs, so the journal's replay finds it.
+    let dir = data.join("topics").join("sim-0");
+    let journaled = journal_used(seed);
     let policy = config(seed).flush_policy;
     let fail = |model: &Rc<RefCell<Model>>, violation: String| {
         let model = model.borrow();
@@ -245,7 +272,10 @@ fn run_in(
         }
     };
     let trace = |model: &Rc<RefCell<Model>>, line: String| model.borrow_mut().note(line);
-    trace(&model, format!("seed {seed}: flush policy {policy:?}"));
+    trace(
+        &model,
+        format!("seed {seed}: flush policy {policy:?}, journal {journaled}"),
+    );
     for life in 0..options.lives {
         let life_seed = seed.wrapping_mul(1_000_003).wrapping_add(life as u64);
         let sim_config = sim::SimConfig {
@@ -264,12 +294,17 @@ fn run_in(
         } else {
             (life_seed >> 1).is_multiple_of(4).then_some(length_ms / 2)
         };
+        if journaled {
+            if let Err(violation) = replay_between_lives(&data, &disk, &model, options) {
+                return Err(fail(&model, format!("life {life}: {violation}")));
+            }
+        }
         let (m, d, o) = (model.clone(), dir.clone(), options.clone());
         let outcome = sim::run(
             &sim_config,
             &disk,
             Some(Duration::from_millis(if last { 60_000 } else { length_ms })),
-            async move { one_life(seed, d, m, o, close_after_ms).await },
+            async move { one_life(seed, d, m, o, close_after_ms, journaled).await },
         );
         match outcome {
             Ok(()) => trace(&model, format!("life {life}: closed cleanly")),
@@ -317,6 +352,54 @@ fn run_in(
     Ok(report)
 }
 
+/// What a broker's start does before any log opens: the journal's records
+/// go back into their segment files (synced), and the ring is emptied.
+fn replay_between_lives(
+    data: &Path,
+    disk: &sim::SimDisk,
+    model: &Rc<RefCell<Model>>,
+    options: &StorageOptions,
+) -> Result<(), String> {
+    let journal_dir = data.join(JOURNAL_DIR);
+    if options.drop_journal {
+        if journal_dir.exists() {
+            std::fs::remove_dir_all(&journal_dir)
+                .map_err(|e| format!("dropping the journal: {e}"))?;
+        }
+        return Ok(());
+    }
+    let report = replay_journals(data).map_err(|e| format!("journal replay: {e}"))?;
+    let log_dirs = report.logs.iter().map(|log| data.join("topics").join(log));
+    for synced in report.files.iter().cloned().chain(log_dirs) {
+        disk.synced_outside(&synced)
+            .map_err(|e| format!("{}: {e}", synced.display()))?;
+    }
+    let mut m = model.borrow_mut();
+    m.report.journal_writes_replayed += report.writes as u64;
+    m.note(format!(
+        "journal replay: {} records, {} writes into {} files",
+        report.records,
+        report.writes,
+        report.files.len()
+    ));
+    Ok(())
+}
+
+/// The shard journal of a life, attached to `log`; `None` once anything is
+/// wrong (the violation is in the model).
+async fn open_journal(data: &Path, model: &Rc<RefCell<Model>>) -> Option<Rc<ShardJournal>> {
+    match ShardJournal::open(&data.join(JOURNAL_DIR), "shard-0", JOURNAL_RING_BYTES).await {
+        Ok(journal) => Some(journal),
+        Err(e) => {
+            model
+                .borrow_mut()
+                .violations
+                .push(format!("opening the journal: {e}"));
+            None
+        }
+    }
+}
+
 /// One life: open (recovering), check what came back, then run the workload
 /// until killed, or with `close_after_ms` stop it then, close, reopen and
 /// check again (a kill may still come in the middle of that).
@@ -326,11 +409,28 @@ async fn one_life(
     model: Rc<RefCell<Model>>,
     options: StorageOptions,
     close_after_ms: Option<u64>,
+    journaled: bool,
 ) {
     let clock = Rc::new(sim::SimClock::new());
+    let data = dir
+        .parent()
+        .and_then(Path::parent)
+        .expect("the log lives under DATA/topics")
+        .to_path_buf();
+    let journal = if journaled {
+        let Some(journal) = open_journal(&data, &model).await else {
+            return;
+        };
+        Some(journal)
+    } else {
+        None
+    };
     let Some(log) = open_and_check(&dir, seed, &clock, &model, "recovery").await else {
         return;
     };
+    if let Some(journal) = &journal {
+        log.attach_journal(journal.clone());
+    }
     // Set to end the workload before a clean close: each loop stops between
     // two operations; a kill instead drops them all.
     let stop = Rc::new(std::cell::Cell::new(false));
@@ -374,8 +474,23 @@ async fn one_life(
             model.borrow_mut().violations.push(format!("close: {e}"));
             return;
         }
+        model.borrow_mut().report.journal_commits += log.stats().journal_commits;
         drop(log);
+        // As a broker's clean shutdown: the closed log needs nothing the
+        // ring holds (a kill from here on leaves it to the next replay).
+        if let Some(journal) = &journal {
+            if let Err(e) = journal.release_all().await {
+                model
+                    .borrow_mut()
+                    .violations
+                    .push(format!("emptying the journal: {e}"));
+                return;
+            }
+        }
         if let Some(log) = open_and_check(&dir, seed, &clock, &model, "reopen after close").await {
+            if let Some(journal) = &journal {
+                log.attach_journal(journal.clone());
+            }
             let _ = log.close().await;
         }
     } else {

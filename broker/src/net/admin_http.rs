@@ -39,9 +39,23 @@ const HEADERS: &str = "# HELP ringlog_requests_total Requests handled, by API.
 # TYPE ringlog_log_rescanned_segments_total counter
 # HELP ringlog_log_data_syncs_total fdatasync calls that made appended data durable (a group commit counts once), same replicas.
 # TYPE ringlog_log_data_syncs_total counter
+# HELP ringlog_log_journal_commits_total Commits under flush.policy=always made durable by the shard's journal instead of syncs of the segment files, same replicas.
+# TYPE ringlog_log_journal_commits_total counter
+# HELP ringlog_log_journal_fallbacks_total Commits under flush.policy=always that synced the segment files although a journal is attached (a policy change, a refused or failed round), same replicas.
+# TYPE ringlog_log_journal_fallbacks_total counter
+# HELP ringlog_journal_rounds_total Writes of the shard's journal ring, each holding every log's records handed over meanwhile.
+# TYPE ringlog_journal_rounds_total counter
+# HELP ringlog_journal_records_total Records (chunk images and fences) written to the shard's journal.
+# TYPE ringlog_journal_records_total counter
+# HELP ringlog_journal_written_bytes_total Bytes written to the shard's journal ring, block padding included.
+# TYPE ringlog_journal_written_bytes_total counter
+# HELP ringlog_journal_checkpoints_total Checkpoints of the shard's journal: segment files synced, then the ring's start moved past their records.
+# TYPE ringlog_journal_checkpoints_total counter
+# HELP ringlog_journal_checkpoint_waits_total Journal rounds that found the ring full and waited for a checkpoint.
+# TYPE ringlog_journal_checkpoint_waits_total counter
 # HELP ringlog_log_write_seconds Each direct write of a tail chunk, from its submission to its completion, same replicas.
 # TYPE ringlog_log_write_seconds histogram
-# HELP ringlog_log_sync_seconds Each sync that made appended data durable (the fdatasync of every file it covers), same replicas.
+# HELP ringlog_log_sync_seconds Each commit that made appended data durable (the fdatasync of every file it covers, or the shard journal's round), same replicas.
 # TYPE ringlog_log_sync_seconds histogram
 # HELP ringlog_log_preallocations_total Segment files extended with allocated space ahead of their writes, so the writes complete inline, same replicas.
 # TYPE ringlog_log_preallocations_total counter

@@ -172,6 +172,9 @@ pub struct Shard {
     /// On shard 0: one block request to the controller at a time.
     producer_id_gate: SerialGate,
     stopping: Cell<bool>,
+    /// The journal this shard's logs commit through under `always`
+    /// (`use_journal`), if the broker keeps one.
+    journal: Option<Rc<crate::log::shard_journal::ShardJournal>>,
 }
 
 impl Shard {
@@ -214,7 +217,18 @@ impl Shard {
             producer_ids: producer_ids::ProducerIdBlock::default(),
             producer_id_gate: SerialGate::new(),
             stopping: Cell::new(false),
+            journal: None,
         }
+    }
+
+    /// Before any replica opens: every log this shard opens from now on
+    /// commits through `journal` under `always`.
+    pub fn use_journal(&mut self, journal: Rc<crate::log::shard_journal::ShardJournal>) {
+        self.journal = Some(journal);
+    }
+
+    pub fn journal(&self) -> Option<&Rc<crate::log::shard_journal::ShardJournal>> {
+        self.journal.as_ref()
     }
 
     pub fn id(&self) -> usize {
@@ -473,7 +487,14 @@ impl Shard {
         self.metrics.render(
             self.id,
             &partitions,
-            log,
+            crate::metrics::StorageStats {
+                log,
+                journal: self
+                    .journal
+                    .as_ref()
+                    .map(|journal| journal.stats())
+                    .unwrap_or_default(),
+            },
             &self.cleaner_gauges(),
             &self.group_gauges(),
             self.cache.borrow().size_bytes(),

@@ -276,6 +276,22 @@ impl Shard {
         log_config: crate::log::LogConfig,
         made: Option<bool>,
     ) -> Result<Rc<PartitionLog>, LogError> {
+        let log = self
+            .open_replica_log(key, topic_id, log_config, made)
+            .await?;
+        if let Some(journal) = &self.journal {
+            log.attach_journal(journal.clone());
+        }
+        Ok(log)
+    }
+
+    async fn open_replica_log(
+        &self,
+        key: &PartitionKey,
+        topic_id: u64,
+        log_config: crate::log::LogConfig,
+        made: Option<bool>,
+    ) -> Result<Rc<PartitionLog>, LogError> {
         let dir = partition_dir(&self.config.data_dir, &key.topic, key.partition);
         // Trusted at most once: a later open of the same directory in this
         // run (after a removal, or a new one made here) must not count on

@@ -388,6 +388,11 @@ impl PartitionLog {
             return Ok(GroupOutcome::Abandoned);
         }
         let replaced: Vec<Offset> = sources.iter().map(|v| v.base).collect();
+        // Journaled images of the old files must never be written into the new.
+        if let Err(e) = self.fence_journal_segments(&replaced).await {
+            self.remove_cleaned(base)?;
+            return Err(e);
+        }
         let dir = self.dir.clone();
         let stop = request.stop_swap_after;
         // Until the state changes below, readers keep the old segments' open

@@ -7,6 +7,13 @@
 //! the syncs acknowledgements wait for run under `io_gate`, one at a time, in
 //! segment order. Finishing a rolled segment (trim, index files, recovery
 //! point, producer snapshot) runs under `segments_gate` alone, beside them.
+//!
+//! With a shard journal attached (`attach_journal`), a commit under
+//! `flush.policy=always` hands the chunks its writes carried to the journal
+//! instead of syncing the segment files: `durable` then says what the
+//! journal holds, and the recovery point stays behind what the segment
+//! files hold synced. Whatever changes or removes bytes the journal may
+//! still hold for the log fences it first (`fence_journal`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -28,6 +35,7 @@ use super::segment::{
     remove_if_exists, segment_path, write_small_file, Segment, INDEX_SUFFIX, LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
 };
+use super::shard_journal::{JournalChunk, JournalEntry, ShardJournal};
 use super::tail::{SealedChunk, Tail};
 use super::txn_index::{AbortedIndex, AbortedTxn};
 use crate::clock::Clock;
@@ -151,6 +159,11 @@ pub struct LogStats {
     pub appended_bytes: u64,
     /// fdatasync calls that made appended data durable (group commits count once).
     pub data_syncs: u64,
+    /// Commits made durable by the shard journal instead (each counts once).
+    pub journal_commits: u64,
+    /// Commits under `always` that synced the files although a journal is
+    /// attached (a policy change, a journal failure, a refused record).
+    pub journal_fallbacks: u64,
     pub chunk_writes: u64,
     /// Segments checked batch by batch when the log opened, rather than
     /// trusted (after a crash, or with no record of a clean shutdown).
@@ -174,6 +187,8 @@ impl std::ops::AddAssign for LogStats {
         self.appended_batches += other.appended_batches;
         self.appended_bytes += other.appended_bytes;
         self.data_syncs += other.data_syncs;
+        self.journal_commits += other.journal_commits;
+        self.journal_fallbacks += other.journal_fallbacks;
         self.chunk_writes += other.chunk_writes;
         self.rescanned_segments += other.rescanned_segments;
         self.read_bytes += other.read_bytes;
@@ -245,6 +260,22 @@ pub struct PartitionLog {
     /// waits for it before writing anything that overlaps it.
     writes_submitted: Cell<i64>,
     writes_landed: Rc<Watermark>,
+    /// The shard's journal and this log's name in it.
+    journal: RefCell<Option<LogJournal>>,
+    /// Chunks whose writes landed under `always` with a journal, not yet
+    /// handed to it nor covered by a sync.
+    unjournaled: RefCell<Vec<JournalChunk>>,
+    /// A chunk landed that is neither listed above nor covered by a sync
+    /// (written under another policy): the next commit syncs the files.
+    unlisted_writes: Cell<bool>,
+    /// The journal may hold records of this log since its last fence.
+    journaled: Cell<bool>,
+}
+
+#[derive(Debug)]
+struct LogJournal {
+    journal: Rc<ShardJournal>,
+    name: Rc<str>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -359,6 +390,10 @@ impl PartitionLog {
             durable: Watermark::new(log_end.0),
             writes_submitted: Cell::new(0),
             writes_landed: Rc::new(Watermark::new(0)),
+            journal: RefCell::new(None),
+            unjournaled: RefCell::default(),
+            unlisted_writes: Cell::new(false),
+            journaled: Cell::new(false),
         };
         {
             let _gate = log.io_gate.enter().await;
@@ -392,6 +427,18 @@ impl PartitionLog {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Lets commits under `always` go through the shard's journal from now
+    /// on. The journal names the log by its directory's name, which replay
+    /// finds under the data dir's `topics`.
+    pub fn attach_journal(&self, journal: Rc<ShardJournal>) {
+        let name: Rc<str> = self
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into())
+            .expect("a log directory has a name");
+        *self.journal.borrow_mut() = Some(LogJournal { journal, name });
     }
 
     /// The settings now in force (a copy: they may change, `set_config`).
@@ -903,7 +950,7 @@ impl PartitionLog {
             let state = self.state.borrow();
             self.durable.get() > state.recovery_point.0
                 && now_ms - state.recovery_point_written_ms >= RECOVERY_POINT_CHECKPOINT_MS
-        };
+        } && self.checkpointable_offset() > self.recovery_point();
         checkpoint_due || self.has_pending_writes()
     }
 
@@ -1071,39 +1118,174 @@ impl PartitionLog {
         if target_end.0 > self.written.get() {
             self.written.advance(target_end.0);
         }
+        let mut synced_files = false;
         if sync {
-            // A rolled segment not finished yet may hold unsynced bytes below
-            // the active one's: they are synced first, or a crash could leave
-            // a gap before records this sync vouches for.
-            let files: Vec<DirectFile> = {
-                let state = self.state.borrow();
-                let last = state.segments.len() - 1;
-                state
-                    .segments
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, s)| *i == last || !segment_synced(s))
-                    .filter_map(|(_, s)| s.file.clone())
-                    .collect()
-            };
             let started = self.clock.monotonic();
-            for file in files {
-                file.fdatasync()
-                    .await
-                    .map_err(|e| LogError::io(&self.dir, e))?;
+            let journaled = self.commit_to_journal().await;
+            if !journaled {
+                self.sync_files().await?;
+                synced_files = true;
             }
             let elapsed = self.clock.monotonic().saturating_sub(started);
             let mut state = self.state.borrow_mut();
             state.last_sync_ms = self.clock.now_ms();
-            state.stats.data_syncs += 1;
-            state.stats.sync_latency.record(elapsed);
-            drop(state);
-            if target_end.0 > self.durable.get() {
-                self.durable.advance(target_end.0);
+            if journaled {
+                state.stats.journal_commits += 1;
+            } else {
+                state.stats.data_syncs += 1;
             }
+            state.stats.sync_latency.record(elapsed);
+        }
+        // Bytes made durable, or acknowledged once written, without the
+        // journal while it holds older images of them (a policy change, a
+        // failed or refused commit): a replay would write those images back
+        // over them. Fenced before any of it is acknowledged.
+        if self.journaled.get() && (synced_files || self.unlisted_writes.get()) {
+            if !synced_files {
+                self.settle_writes().await;
+                self.sync_files().await?;
+            }
+            self.append_fence().await?;
+        }
+        if sync && target_end.0 > self.durable.get() {
+            self.durable.advance(target_end.0);
         }
         self.check_invariants();
         Ok(())
+    }
+
+    /// Makes every chunk written so far durable through the shard journal,
+    /// under `always` with a journal attached; false when the files must be
+    /// synced instead (no journal, another policy, a chunk written without
+    /// being listed, or the journal failed). Callers hold `io_gate`, and
+    /// every write they made has landed.
+    async fn commit_to_journal(&self) -> bool {
+        let (journal, name) = {
+            let attached = self.journal.borrow();
+            let Some(attached) = attached.as_ref() else {
+                return false;
+            };
+            if !matches!(self.config.borrow().flush_policy, FlushPolicy::Always) {
+                return false;
+            }
+            (attached.journal.clone(), attached.name.clone())
+        };
+        if self.unlisted_writes.get() {
+            self.state.borrow_mut().stats.journal_fallbacks += 1;
+            return false;
+        }
+        let chunks = std::mem::take(&mut *self.unjournaled.borrow_mut());
+        if chunks.is_empty() {
+            // Every chunk landed so far was handed over or synced already.
+            return true;
+        }
+        // Set before the round: a fence must follow any record that may
+        // have reached the ring, even one whose append then failed.
+        self.journaled.set(true);
+        let entries = chunks.into_iter().map(JournalEntry::Write).collect();
+        match journal.append(name, entries).await {
+            Ok(()) => true,
+            Err(e) => {
+                // The chunks landed: syncing their files covers them.
+                tracing::warn!(dir = %self.dir.display(), error = %e, "journal commit failed; syncing the segment files instead");
+                self.state.borrow_mut().stats.journal_fallbacks += 1;
+                false
+            }
+        }
+    }
+
+    /// Syncs every segment file with bytes written since its last sync (the
+    /// active one always: a rolled segment not finished yet may hold
+    /// unsynced bytes below it, and a crash must not leave a gap before
+    /// records this sync vouches for). Callers hold `io_gate`; every chunk
+    /// landed so far is then covered.
+    async fn sync_files(&self) -> LogResult<()> {
+        let files: Vec<DirectFile> = {
+            let state = self.state.borrow();
+            let last = state.segments.len() - 1;
+            state
+                .segments
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| *i == last || !segment_synced(s))
+                .filter_map(|(_, s)| s.file.clone())
+                .collect()
+        };
+        for file in files {
+            file.fdatasync()
+                .await
+                .map_err(|e| LogError::io(&self.dir, e))?;
+        }
+        self.unjournaled.borrow_mut().clear();
+        self.unlisted_writes.set(false);
+        Ok(())
+    }
+
+    /// Before a change to bytes the journal may still hold records of (a
+    /// truncation, a reset, a removal): replay must never write them again.
+    /// With `keep`, what the log keeps is synced into its files first, since
+    /// the records that held it no longer count. Callers hold `io_gate`.
+    async fn fence_journal(&self, keep: bool) -> LogResult<()> {
+        if !self.unjournaled.borrow().is_empty() {
+            // Never handed over now: the change may cut what they carry.
+            // What they carried and the log keeps is synced by the next
+            // commit (or below).
+            self.unjournaled.borrow_mut().clear();
+            self.unlisted_writes.set(true);
+        }
+        if !self.journaled.get() || self.journal.borrow().is_none() {
+            return Ok(());
+        }
+        assert!(self.io_gate.is_held());
+        self.settle_writes().await;
+        if keep {
+            self.sync_files().await?;
+        }
+        self.append_fence().await
+    }
+
+    /// Writes the fence record `fence_journal` needs, once the log's files
+    /// hold whatever it keeps. Callers hold `io_gate`.
+    async fn append_fence(&self) -> LogResult<()> {
+        let Some((journal, name)) = self
+            .journal
+            .borrow()
+            .as_ref()
+            .map(|a| (a.journal.clone(), a.name.clone()))
+        else {
+            return Ok(());
+        };
+        journal
+            .append(name, vec![JournalEntry::Fence])
+            .await
+            .map_err(|e| LogError::io(journal.path(), e))?;
+        self.journaled.set(false);
+        Ok(())
+    }
+
+    /// As `fence_journal` for the segments at `bases` only, whose files a
+    /// compaction swap replaces: they are sealed and synced, and nothing is
+    /// written to them again, so no sync and no gate is needed.
+    async fn fence_journal_segments(&self, bases: &[Offset]) -> LogResult<()> {
+        if !self.journaled.get() {
+            return Ok(());
+        }
+        let Some((journal, name)) = self
+            .journal
+            .borrow()
+            .as_ref()
+            .map(|a| (a.journal.clone(), a.name.clone()))
+        else {
+            return Ok(());
+        };
+        let entries = bases
+            .iter()
+            .map(|b| JournalEntry::SegmentFence(*b))
+            .collect();
+        journal
+            .append(name, entries)
+            .await
+            .map_err(|e| LogError::io(journal.path(), e))
     }
 
     /// The oldest segment after `after` that still has a tail and either holds
@@ -1181,6 +1363,22 @@ impl PartitionLog {
             }
             if let Some(e) = failure {
                 return Err(LogError::io(segment_path(&self.dir, base, LOG_SUFFIX), e));
+            }
+            // Listed for the next commit to hand to the journal, or, when
+            // the commit will not use it, noted so that it syncs instead.
+            let listed = self.journal.borrow().is_some()
+                && matches!(self.config.borrow().flush_policy, FlushPolicy::Always);
+            if listed {
+                self.unjournaled
+                    .borrow_mut()
+                    .extend(wave.iter().map(|chunk| JournalChunk {
+                        segment_base: base,
+                        position: chunk.start,
+                        buffer: chunk.buffer.clone(),
+                        file: file.clone(),
+                    }));
+            } else {
+                self.unlisted_writes.set(true);
             }
             let mut state = self.state.borrow_mut();
             let tail = state
@@ -1304,12 +1502,19 @@ impl PartitionLog {
         }
     }
 
-    /// The highest offset a recovery point may vouch for now: durable, and
-    /// not past a rolled segment still to be finished (its files are not
-    /// final yet, so recovery must scan it).
+    /// The highest offset a recovery point may vouch for now: durable, not
+    /// past a rolled segment still to be finished (its files are not final
+    /// yet, so recovery must scan it), and not past a segment whose file
+    /// holds bytes not synced (durable through the journal only). Recovery
+    /// rescans the segment a point falls in, so stopping at a segment's base
+    /// costs nothing the active segment did not already cost.
     fn checkpointable_offset(&self) -> Offset {
         let state = self.state.borrow();
-        let unfinished = state.segments.iter().find(|s| s.closing).map(|s| s.base);
+        let unfinished = state
+            .segments
+            .iter()
+            .find(|s| s.closing || !segment_synced(s))
+            .map(|s| s.base);
         let durable = Offset(self.durable.get());
         unfinished.map_or(durable, |base| base.min(durable))
     }
@@ -1339,6 +1544,11 @@ impl PartitionLog {
             segment.tail = None;
             segment.closing = false;
         }
+        // Synced by the seal, and never to be handed over after it: a
+        // compaction swap fences the segment without waiting for a commit.
+        self.unjournaled
+            .borrow_mut()
+            .retain(|chunk| chunk.segment_base != base);
         if next_offset.0 > self.written.get() {
             self.written.advance(next_offset.0);
         }
@@ -1744,6 +1954,7 @@ impl PartitionLog {
         if !still_wanted() {
             return Ok(None);
         }
+        self.fence_journal(true).await?;
         // Odd while the files and the state disagree: reads started now retry
         // and appends are refused.
         self.generation.set(self.generation.get() + 1);
@@ -1847,6 +2058,8 @@ impl PartitionLog {
         if !still_wanted() {
             return Ok(false);
         }
+        // Nothing of the log is kept: its records only have to be dropped.
+        self.fence_journal(false).await?;
         self.generation.set(self.generation.get() + 1);
         let result = self.replace_all_with_empty(offset).await;
         self.generation.set(self.generation.get() + 1);
@@ -2080,6 +2293,9 @@ impl PartitionLog {
         // The next open then replays nothing.
         let snapshot = self.state.borrow().producers.encode_snapshot(end);
         self.write_producer_snapshot(end, &snapshot).await?;
+        // Everything is synced: a log removed after its close (or made again
+        // under the same name) gets nothing written back by a replay.
+        self.fence_journal(true).await?;
         if marker {
             self.write_clean_marker().await?;
         }

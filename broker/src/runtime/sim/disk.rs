@@ -251,6 +251,26 @@ impl SimDisk {
         Ok(())
     }
 
+    /// A file or directory synced through `std::fs` while no simulation ran
+    /// (a start-up step such as journal replay): a file's sync covers every
+    /// change the simulated disk still holds unsynced for it too.
+    /// A directory's listing becomes the durable one, as `directory_synced`.
+    pub fn synced_outside(&self, path: &Path) -> io::Result<()> {
+        let metadata = std::fs::metadata(path)?;
+        let mut state = self.state.borrow_mut();
+        state.syncs += 1;
+        if metadata.is_dir() {
+            return match state.namespace.as_mut() {
+                Some(namespace) if path.starts_with(&namespace.root) => namespace.synced(path),
+                _ => Ok(()),
+            };
+        }
+        if let Some(file) = state.files.get(&metadata.ino()) {
+            file.borrow_mut().unsynced.clear();
+        }
+        Ok(())
+    }
+
     /// Syncs and writes completed so far.
     pub fn stats(&self) -> (u64, u64) {
         let state = self.state.borrow();
@@ -366,21 +386,31 @@ impl SimDisk {
         Ok(report)
     }
 
-    fn register(&self, file: File, path: &Path) -> io::Result<Rc<RefCell<FileState>>> {
+    /// The shared state of `file`'s inode. Handles share one descriptor:
+    /// a writable one replaces a read-only one first opened (both read).
+    fn register(
+        &self,
+        file: File,
+        path: &Path,
+        writable: bool,
+    ) -> io::Result<Rc<RefCell<FileState>>> {
         let inode = file.metadata()?.ino();
         let mut state = self.state.borrow_mut();
-        let entry = state
-            .files
-            .entry(inode)
-            .or_insert_with(|| {
-                Rc::new(RefCell::new(FileState {
+        match state.files.entry(inode) {
+            std::collections::btree_map::Entry::Occupied(known) => {
+                if writable {
+                    known.get().borrow_mut().file = file;
+                }
+                Ok(known.get().clone())
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => Ok(slot
+                .insert(Rc::new(RefCell::new(FileState {
                     file,
                     path: path.to_path_buf(),
                     unsynced: Vec::new(),
-                }))
-            })
-            .clone();
-        Ok(entry)
+                })))
+                .clone()),
+        }
     }
 }
 
@@ -415,7 +445,7 @@ impl SimFile {
             .write(write)
             .create_new(create_new)
             .open(path)?;
-        let state = current().disk.register(file, path)?;
+        let state = current().disk.register(file, path, write)?;
         Ok(SimFile {
             state,
             writable: write,
