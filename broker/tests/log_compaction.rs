@@ -525,7 +525,7 @@ fn a_swap_fences_the_journal_so_a_replay_leaves_compacted_segments_alone() {
                 .await
                 .unwrap();
             let log = open(&dir, config, &clock).await;
-            log.attach_journal(journal);
+            log.attach_journal(journal).await.unwrap();
             for round in 0..60u64 {
                 let records: Vec<(u8, bool)> = (0..KEYS).map(|k| (k, false)).collect();
                 let (bytes, _) = keyed_batch(&records, 40, round % 2 == 0, clock.now_ms(), round);

@@ -811,7 +811,7 @@ fn acks_through_the_journal_survive_the_loss_of_every_unsynced_segment_byte() {
                 .unwrap();
             let clock = Rc::new(ManualClock::new(1_000));
             let log = open(&log_dir, config(), &clock).await;
-            log.attach_journal(journal);
+            log.attach_journal(journal).await.unwrap();
             for tag in 0..BATCHES {
                 let info = log
                     .append(
@@ -877,7 +877,7 @@ fn a_truncation_fences_the_journal_so_a_replay_never_brings_cut_batches_back() {
                 .unwrap();
             let clock = Rc::new(ManualClock::new(1_000));
             let log = open(&log_dir, config(), &clock).await;
-            log.attach_journal(journal);
+            log.attach_journal(journal).await.unwrap();
             let ack = |tag: u64| {
                 let log = log.clone();
                 async move {
@@ -916,4 +916,113 @@ fn a_truncation_fences_the_journal_so_a_replay_never_brings_cut_batches_back() {
         let verified = verify(&dir);
         assert!(verified.problems.is_empty(), "{:?}", verified.problems);
     }
+}
+
+/// A rolled segment sealed (synced) before any commit handed its last page
+/// to the journal, while an older image of that page is there: the seal
+/// fences the segment's records, or a replay would write the old page over
+/// records the seal made durable and acknowledged.
+#[test]
+fn a_seal_fences_older_page_images_the_journal_still_holds() {
+    use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
+    use broker::log::shard_journal::ShardJournal;
+
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("topics").join("t-0");
+    let (data_path, log_dir) = (data.path().to_path_buf(), dir.clone());
+    let (r2_base, r2_tag) = run(async move {
+        let journal = ShardJournal::open(&data_path.join(JOURNAL_DIR), "shard-0", 4 << 20)
+            .await
+            .unwrap();
+        let clock = Rc::new(ManualClock::new(1_000));
+        let log = open(&log_dir, config(), &clock).await;
+        log.attach_journal(journal).await.unwrap();
+        let small = |tag: u64| batch(tag, 1, 1_000 + tag as i64, 20);
+        let segment_bytes = config().segment_size_bytes;
+        let mut tag = 0;
+        // Acknowledged one by one (each commit journals the last page)
+        // until the segment is nearly full.
+        while log.size_bytes() + 4 * (small(tag).len() as u64) < segment_bytes {
+            let info = log.append(&small(tag), LeaderEpoch(3)).await.unwrap();
+            log.wait_for_ack(info.log_end_offset).await.unwrap();
+            tag += 1;
+        }
+        // r2 joins the last page, unacknowledged; then appends roll.
+        let r2 = log.append(&small(tag), LeaderEpoch(3)).await.unwrap();
+        let r2_tag = tag;
+        while log.segment_count() < 2 {
+            tag += 1;
+            log.append(&small(tag), LeaderEpoch(3)).await.unwrap();
+        }
+        // Writes everything and finishes the rolled segment, then cuts
+        // nothing: no commit ran since r2 joined the page.
+        let cut = log
+            .truncate_to_if(Offset(0), Rc::new(|| false))
+            .await
+            .unwrap();
+        assert_eq!(cut, None);
+        assert!(
+            log.durable_offset() >= r2.log_end_offset,
+            "the seal made r2 durable"
+        );
+        log.wait_for_ack(r2.log_end_offset).await.unwrap();
+        (r2.base_offset.0, r2_tag)
+        // Dropped unclosed: a crash.
+    });
+    replay_journals(data.path()).unwrap();
+    let (tags, _) = tags_after_reopen(&dir);
+    assert!(
+        tags.contains(&(r2_base, r2_tag)),
+        "acknowledged batch {r2_tag} at {r2_base} lost: {tags:?}"
+    );
+    let verified = verify(&dir);
+    assert!(verified.problems.is_empty(), "{:?}", verified.problems);
+}
+
+/// A log removed without a close (say its close failed) and made again
+/// under the same name in the same run: opening it fences the earlier log's
+/// records, or a replay after a crash would write them into the new log's
+/// files, where batches of the same sizes and offsets pass every check.
+#[test]
+fn a_log_made_again_under_its_name_fences_the_earlier_logs_records() {
+    use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
+    use broker::log::shard_journal::ShardJournal;
+
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("topics").join("t-0");
+    let (data_path, log_dir) = (data.path().to_path_buf(), dir.clone());
+    // Uncompressed (even tags), all the same size, four to a page: the new
+    // log's last page is then whole, and the earlier log's later pages
+    // follow it at the offsets the new log would give them next.
+    let value_bytes = (100..2_000)
+        .find(|v| batch(0, 1, 1_000, *v).len() == 1024 && batch(200, 1, 1_000, *v).len() == 1024)
+        .expect("a value size makes a 1 KiB batch");
+    let uniform = move |tag: u64| batch(tag * 2, 1, 1_000, value_bytes);
+    run(async move {
+        let journal = ShardJournal::open(&data_path.join(JOURNAL_DIR), "shard-0", 4 << 20)
+            .await
+            .unwrap();
+        let clock = Rc::new(ManualClock::new(1_000));
+        for (first, count) in [(0u64, 10u64), (100, 4)] {
+            let log = open(&log_dir, config(), &clock).await;
+            log.attach_journal(journal.clone()).await.unwrap();
+            for tag in first..first + count {
+                let info = log.append(&uniform(tag), LeaderEpoch(3)).await.unwrap();
+                log.wait_for_ack(info.log_end_offset).await.unwrap();
+            }
+            // Gone without a close, then made again.
+            drop(log);
+            if first == 0 {
+                std::fs::remove_dir_all(&log_dir).unwrap();
+            }
+        }
+    });
+    replay_journals(data.path()).unwrap();
+    let (tags, end) = tags_after_reopen(&dir);
+    let want: Vec<(i64, u64)> = (100..104u64)
+        .enumerate()
+        .map(|(i, t)| (i as i64, t * 2))
+        .collect();
+    assert_eq!(tags, want);
+    assert_eq!(end, Offset(4));
 }

@@ -429,7 +429,13 @@ async fn one_life(
         return;
     };
     if let Some(journal) = &journal {
-        log.attach_journal(journal.clone());
+        if let Err(e) = log.attach_journal(journal.clone()).await {
+            model
+                .borrow_mut()
+                .violations
+                .push(format!("attaching the journal: {e}"));
+            return;
+        }
     }
     // Set to end the workload before a clean close: each loop stops between
     // two operations; a kill instead drops them all.
@@ -489,7 +495,12 @@ async fn one_life(
         }
         if let Some(log) = open_and_check(&dir, seed, &clock, &model, "reopen after close").await {
             if let Some(journal) = &journal {
-                log.attach_journal(journal.clone());
+                if let Err(e) = log.attach_journal(journal.clone()).await {
+                    model
+                        .borrow_mut()
+                        .violations
+                        .push(format!("attaching the journal again: {e}"));
+                }
             }
             let _ = log.close().await;
         }

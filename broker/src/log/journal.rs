@@ -238,6 +238,12 @@ impl JournalHeader {
     }
 }
 
+/// Whether a record may begin at the start of `block` (its magic is there):
+/// a block that fails this holds no record start, whatever its bytes.
+pub fn may_start_record(block: &[u8]) -> bool {
+    block.get(..4) == Some(&RECORD_MAGIC.to_le_bytes()[..])
+}
+
 /// A record to be written, before it has a sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordSpec<'a> {

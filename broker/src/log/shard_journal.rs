@@ -20,8 +20,8 @@ use protocol::Offset;
 
 use super::checkpoint::sync_dir;
 use super::journal::{
-    scan, JournalError, JournalSeq, RecordSpec, RingMark, RingWriter, RoundBuffer,
-    JOURNAL_BLOCK_BYTES, JOURNAL_CHUNK_BYTES_MAX, RECORD_HEADER_BYTES,
+    may_start_record, scan, JournalError, JournalHeader, JournalSeq, RecordSpec, RingMark,
+    RingWriter, RoundBuffer, JOURNAL_BLOCK_BYTES, JOURNAL_CHUNK_BYTES_MAX, RECORD_HEADER_BYTES,
 };
 use super::journal_replay::JOURNAL_SUFFIX;
 use crate::runtime::{
@@ -118,6 +118,9 @@ pub struct ShardJournal {
     /// What the last checkpoint's syncs made releasable: the next round
     /// writes the header that releases it before it plans its own room.
     releasable: Cell<Option<RingMark>>,
+    /// The logs with records in the ring since it was opened (released or
+    /// not): a log opened again under one of these names fences them first.
+    names: RefCell<std::collections::HashSet<Rc<str>>>,
     /// Set by the first failed write: a round that failed part-way may have
     /// left bytes a scan stops at, so nothing after it could be replayed.
     failed: Cell<Option<io::ErrorKind>>,
@@ -158,7 +161,7 @@ impl ShardJournal {
                 ));
             }
             Ok(meta) => {
-                let ring = Self::read_all(&path, meta.len()).await?;
+                let ring = Self::read_to_resume(&path, meta.len()).await?;
                 let found = scan(&ring).map_err(|e| invalid(&path, e))?;
                 if !found.records.is_empty() {
                     return Err(io::Error::new(
@@ -201,6 +204,7 @@ impl ShardJournal {
             checkpointing: Cell::new(false),
             checkpoints_ended: Rc::new(Watermark::new(0)),
             releasable: Cell::new(None),
+            names: RefCell::default(),
             failed: Cell::new(None),
             stats: Cell::default(),
         }))
@@ -255,6 +259,43 @@ impl ShardJournal {
         Ok(writer)
     }
 
+    /// The ring as far as a scan from its header needs it when nothing is
+    /// live (after a replay, every start): the header block and the blocks
+    /// where the first record would begin, the rest left zero. If any of
+    /// those may hold a record start, the whole ring is read, so the scan
+    /// sees what is there.
+    async fn read_to_resume(path: &Path, ring_bytes: u64) -> io::Result<Vec<u8>> {
+        let block = JOURNAL_BLOCK_BYTES as usize;
+        if !(JOURNAL_BLOCK_BYTES * 2..=JOURNAL_RING_BYTES_MAX).contains(&ring_bytes) {
+            return Self::read_all(path, ring_bytes).await;
+        }
+        let file = DirectFile::open_read(path).await?;
+        // Zeroed lazily by the allocator: only the blocks read are touched.
+        let mut ring = vec![0u8; ring_bytes as usize];
+        let head = file.read_at(0, block).await?;
+        ring[..head.len()].copy_from_slice(&head);
+        let Ok(header) = JournalHeader::decode_block(&ring[..block]) else {
+            return Self::read_all(path, ring_bytes).await;
+        };
+        let start = header.start.position;
+        for candidate in [
+            start,
+            start.next_multiple_of(JOURNAL_BLOCK_BYTES),
+            JOURNAL_BLOCK_BYTES,
+        ] {
+            if candidate + JOURNAL_BLOCK_BYTES > ring_bytes {
+                continue;
+            }
+            let bytes = file.read_at(candidate, block).await?;
+            if may_start_record(&bytes) {
+                return Self::read_all(path, ring_bytes).await;
+            }
+            let at = candidate as usize;
+            ring[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(ring)
+    }
+
     async fn read_all(path: &Path, ring_bytes: u64) -> io::Result<Vec<u8>> {
         let file = DirectFile::open_read(path).await?;
         let mut ring = Vec::with_capacity(ring_bytes as usize);
@@ -277,6 +318,16 @@ impl ShardJournal {
         self.stats.get()
     }
 
+    /// Whether a write or checkpoint failed: every append fails from now on.
+    pub fn is_failed(&self) -> bool {
+        self.failed.get().is_some()
+    }
+
+    /// Whether records of `log` were written since the ring was opened.
+    pub fn has_records_of(&self, log: &str) -> bool {
+        self.names.borrow().contains(log)
+    }
+
     /// Journals `entries` of `log` (its directory name) and returns once they
     /// are durable, sharing the round with every other log that asked
     /// meanwhile.
@@ -292,6 +343,7 @@ impl ShardJournal {
             return Ok(());
         }
         let (done, result) = runtime::oneshot();
+        self.names.borrow_mut().insert(log.clone());
         self.pending
             .borrow_mut()
             .push(Pending { log, entries, done });

@@ -20,33 +20,15 @@ use super::sim::{self, SimFile};
 pub struct DirectFile {
     inner: Backend,
     unsynced_from: Rc<std::cell::Cell<Option<u64>>>,
+    /// Bumped by every mark of `unsynced_from`: a sync clears the marks made
+    /// before it began only if none came while it ran.
+    marks: Rc<std::cell::Cell<u64>>,
     /// Opened with `O_DSYNC`: a write is durable when it completes.
     write_through: bool,
 }
 
 /// `O_DSYNC` on Linux (asm-generic, so x86_64 and aarch64 alike).
 const O_DSYNC: i32 = 0o10000;
-
-/// A sync in flight: on drop, unless confirmed, the range it was to cover
-/// is marked unsynced again.
-struct Unconfirmed<'a> {
-    file: &'a DirectFile,
-    from: Option<u64>,
-}
-
-impl Unconfirmed<'_> {
-    fn confirm(mut self) {
-        self.from = None;
-    }
-}
-
-impl Drop for Unconfirmed<'_> {
-    fn drop(&mut self) {
-        if let Some(from) = self.from {
-            self.file.mark_unsynced(from);
-        }
-    }
-}
 
 /// Where the bytes go: io_uring on a shard, the simulated disk under a
 /// simulation (`runtime::sim`).
@@ -85,7 +67,15 @@ async fn probe_device(path: &Path) -> io::Result<()> {
         PROBED_DEVICES.with(|p| p.borrow_mut().insert(device));
         return Ok(());
     }
-    let probe = dir.join(format!(".direct-io-probe-{}", std::process::id()));
+    // Named apart per probe: shards probe the same directory at once (each
+    // makes its journal ring there), and one's removal must not pull the
+    // file from under another's open.
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let probe = dir.join(format!(
+        ".direct-io-probe-{}-{}",
+        std::process::id(),
+        PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     std::fs::write(&probe, [0u8; DIRECT_IO_ALIGNMENT_BYTES as usize])?;
     let opened = DmaFile::open(&probe).await;
     let _ = std::fs::remove_file(&probe);
@@ -169,6 +159,7 @@ impl DirectFile {
         Ok(DirectFile {
             inner: Backend::Dma(Rc::new(file)),
             unsynced_from: Rc::default(),
+            marks: Rc::default(),
             write_through: false,
         })
     }
@@ -177,6 +168,7 @@ impl DirectFile {
         DirectFile {
             inner: Backend::Sim(file),
             unsynced_from: Rc::default(),
+            marks: Rc::default(),
             write_through: false,
         }
     }
@@ -187,6 +179,7 @@ impl DirectFile {
             .get()
             .map_or(position, |p| p.min(position));
         self.unsynced_from.set(Some(from));
+        self.marks.set(self.marks.get() + 1);
     }
 
     /// Treats the whole file as not yet synced: for a file found after a
@@ -283,20 +276,19 @@ impl DirectFile {
     }
 
     pub async fn fdatasync(&self) -> io::Result<()> {
-        // Until the sync completes, what it was to cover counts as unsynced
-        // again if it fails or its caller stops waiting (a dropped
-        // write-out): otherwise the file would pass for synced without
-        // having been, and a later sync it needed would be skipped.
-        let pending = Unconfirmed {
-            file: self,
-            from: self.unsynced_from.take(),
-        };
+        // The file counts as unsynced until the sync completes: one in
+        // flight (a journal checkpoint's, a seal's) must not pass for done
+        // with whoever decides meanwhile what to sync or what a recovery
+        // point may vouch for, nor one that fails or whose caller stops
+        // waiting (a dropped write-out). A success clears only if nothing
+        // was written or cut while it ran: that may not be covered.
+        let marks_before = self.marks.get();
         let synced = match &self.inner {
             Backend::Dma(file) => file.fdatasync().await.map_err(io::Error::from),
             Backend::Sim(file) => file.fdatasync().await,
         };
-        if synced.is_ok() {
-            pending.confirm();
+        if synced.is_ok() && self.marks.get() == marks_before {
+            self.unsynced_from.set(None);
         }
         synced
     }
@@ -483,6 +475,39 @@ mod tests {
             );
             file.fdatasync().await.unwrap();
             assert!(file.is_synced_below(4096));
+        })
+        .unwrap();
+    }
+
+    /// A sync in flight counts for nothing until it completes, and one that
+    /// a write overlapped leaves the file unsynced: it may not cover it.
+    #[test]
+    fn a_sync_counts_only_once_done_and_only_for_what_came_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        sim::run(&SimConfig::new(3), &SimDisk::new(), None, async move {
+            let file = DirectFile::create_new(&path).await.unwrap();
+            let page = || {
+                let mut buffer = AlignedBuffer::new(4096);
+                buffer.as_mut_slice().fill(7);
+                buffer.seal(4096)
+            };
+            file.write_at(&page(), 0).await.unwrap();
+            let syncing = file.clone();
+            let sync = crate::runtime::spawn(async move { syncing.fdatasync().await });
+            crate::runtime::yield_now().await;
+            assert!(
+                !file.is_synced_below(4096),
+                "a sync in flight passed for done"
+            );
+            file.write_at(&page(), 4096).await.unwrap();
+            sync.await.unwrap();
+            assert!(
+                !file.is_synced_below(8192),
+                "a sync that a write overlapped vouched for it"
+            );
+            file.fdatasync().await.unwrap();
+            assert!(file.is_synced_below(8192));
         })
         .unwrap();
     }

@@ -280,7 +280,7 @@ impl Shard {
             .open_replica_log(key, topic_id, log_config, made)
             .await?;
         if let Some(journal) = &self.journal {
-            log.attach_journal(journal.clone());
+            log.attach_journal(journal.clone()).await?;
         }
         Ok(log)
     }

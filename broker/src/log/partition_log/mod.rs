@@ -431,14 +431,25 @@ impl PartitionLog {
 
     /// Lets commits under `always` go through the shard's journal from now
     /// on. The journal names the log by its directory's name, which replay
-    /// finds under the data dir's `topics`.
-    pub fn attach_journal(&self, journal: Rc<ShardJournal>) {
+    /// finds under the data dir's `topics`. If the ring holds records of an
+    /// earlier log of that name (removed and made again, or closed by a
+    /// failed swap and reopened in this run), they are fenced first: the
+    /// open synced whatever it did not find synced, so this log's files
+    /// hold all of it, and older images must never be written over it.
+    pub async fn attach_journal(&self, journal: Rc<ShardJournal>) -> LogResult<()> {
         let name: Rc<str> = self
             .dir
             .file_name()
             .map(|n| n.to_string_lossy().into())
             .expect("a log directory has a name");
+        if journal.has_records_of(&name) {
+            journal
+                .append(name.clone(), vec![JournalEntry::Fence])
+                .await
+                .map_err(|e| LogError::io(journal.path(), e))?;
+        }
         *self.journal.borrow_mut() = Some(LogJournal { journal, name });
+        Ok(())
     }
 
     /// The settings now in force (a copy: they may change, `set_config`).
@@ -1115,9 +1126,6 @@ impl PartitionLog {
             };
             self.write_waves(base, &file, end).await?;
         }
-        if target_end.0 > self.written.get() {
-            self.written.advance(target_end.0);
-        }
         let mut synced_files = false;
         if sync {
             let started = self.clock.monotonic();
@@ -1147,6 +1155,11 @@ impl PartitionLog {
             }
             self.append_fence().await?;
         }
+        // Only now: a write acknowledged once written (`write_to`) must not
+        // pass before the fence above.
+        if target_end.0 > self.written.get() {
+            self.written.advance(target_end.0);
+        }
         if sync && target_end.0 > self.durable.get() {
             self.durable.advance(target_end.0);
         }
@@ -1170,7 +1183,7 @@ impl PartitionLog {
             }
             (attached.journal.clone(), attached.name.clone())
         };
-        if self.unlisted_writes.get() {
+        if self.unlisted_writes.get() || journal.is_failed() {
             self.state.borrow_mut().stats.journal_fallbacks += 1;
             return false;
         }
@@ -1180,11 +1193,19 @@ impl PartitionLog {
             return true;
         }
         // Set before the round: a fence must follow any record that may
-        // have reached the ring, even one whose append then failed.
+        // have reached the ring, even one whose append then failed; and if
+        // this call is dropped before its round answers, the chunks taken
+        // above are in neither the list nor a sync, so the next commit
+        // syncs the files.
         self.journaled.set(true);
+        self.unlisted_writes.set(true);
         let entries = chunks.into_iter().map(JournalEntry::Write).collect();
         match journal.append(name, entries).await {
-            Ok(()) => true,
+            Ok(()) => {
+                // Only `io_gate` holders set it, and it was clear above.
+                self.unlisted_writes.set(false);
+                true
+            }
             Err(e) => {
                 // The chunks landed: syncing their files covers them.
                 tracing::warn!(dir = %self.dir.display(), error = %e, "journal commit failed; syncing the segment files instead");
@@ -1546,9 +1567,13 @@ impl PartitionLog {
         }
         // Synced by the seal, and never to be handed over after it: a
         // compaction swap fences the segment without waiting for a commit.
+        // Older images of its pages may be in the ring while the newest is
+        // not: fenced, or a replay would write an old page over records
+        // the seal made durable (and that are acknowledged below).
         self.unjournaled
             .borrow_mut()
             .retain(|chunk| chunk.segment_base != base);
+        self.fence_journal_segments(&[base]).await?;
         if next_offset.0 > self.written.get() {
             self.written.advance(next_offset.0);
         }
