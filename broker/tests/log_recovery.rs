@@ -1026,3 +1026,49 @@ fn a_log_made_again_under_its_name_fences_the_earlier_logs_records() {
     assert_eq!(tags, want);
     assert_eq!(end, Offset(4));
 }
+
+/// A log leaves `always` while a chunk written under it was never handed
+/// to the journal, which holds an older image of its page: an
+/// acknowledgement under the new policy (the write alone) waits for a sync
+/// and a fence first, or a replay after a kill would write the old page
+/// over the acknowledged batch.
+#[test]
+fn leaving_always_fences_the_journal_before_the_next_acknowledgement() {
+    use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
+    use broker::log::shard_journal::ShardJournal;
+    use broker::log::FlushPolicy;
+
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("topics").join("t-0");
+    let (data_path, log_dir) = (data.path().to_path_buf(), dir.clone());
+    let (last_base, last_tag) = run(async move {
+        let journal = ShardJournal::open(&data_path.join(JOURNAL_DIR), "shard-0", 4 << 20)
+            .await
+            .unwrap();
+        let clock = Rc::new(ManualClock::new(1_000));
+        let log = open(&log_dir, config(), &clock).await;
+        log.attach_journal(journal).await.unwrap();
+        let small = |tag: u64| batch(tag, 1, 1_000 + tag as i64, 20);
+        for tag in 0..3 {
+            let info = log.append(&small(tag), LeaderEpoch(3)).await.unwrap();
+            log.wait_for_ack(info.log_end_offset).await.unwrap();
+        }
+        // Written (its page's newer image), not committed, then the policy changes.
+        let last = log.append(&small(3), LeaderEpoch(3)).await.unwrap();
+        log.write_to(last.log_end_offset).await.unwrap();
+        log.set_config(LogConfig {
+            flush_policy: FlushPolicy::None,
+            ..config()
+        })
+        .unwrap();
+        log.wait_for_ack(last.log_end_offset).await.unwrap();
+        (last.base_offset.0, 3)
+        // Dropped unclosed: a kill -9, the page cache keeps every write.
+    });
+    replay_journals(data.path()).unwrap();
+    let (tags, _) = tags_after_reopen(&dir);
+    assert!(
+        tags.contains(&(last_base, last_tag)),
+        "acknowledged batch {last_tag} at {last_base} lost: {tags:?}"
+    );
+}

@@ -118,6 +118,8 @@ pub struct ShardJournal {
     /// What the last checkpoint's syncs made releasable: the next round
     /// writes the header that releases it before it plans its own room.
     releasable: Cell<Option<RingMark>>,
+    /// Set by `release_all`: no append is taken after it.
+    closed: Cell<bool>,
     /// The logs with records in the ring since it was opened (released or
     /// not): a log opened again under one of these names fences them first.
     names: RefCell<std::collections::HashSet<Rc<str>>>,
@@ -205,6 +207,7 @@ impl ShardJournal {
             checkpoints_ended: Rc::new(Watermark::new(0)),
             releasable: Cell::new(None),
             names: RefCell::default(),
+            closed: Cell::new(false),
             failed: Cell::new(None),
             stats: Cell::default(),
         }))
@@ -287,7 +290,7 @@ impl ShardJournal {
                 continue;
             }
             let bytes = file.read_at(candidate, block).await?;
-            if may_start_record(&bytes) {
+            if bytes.len() != block || may_start_record(&bytes) {
                 return Self::read_all(path, ring_bytes).await;
             }
             let at = candidate as usize;
@@ -338,6 +341,12 @@ impl ShardJournal {
     ) -> io::Result<()> {
         if let Some(kind) = self.failed.get() {
             return Err(self.failure(kind));
+        }
+        if self.closed.get() {
+            return Err(io::Error::other(format!(
+                "journal {} is closed: the shard is stopping",
+                self.path.display()
+            )));
         }
         if entries.is_empty() {
             return Ok(());
@@ -580,6 +589,9 @@ impl ShardJournal {
     /// no append is under way): the next start then finds nothing to replay
     /// and keeps its logs' clean-shutdown records.
     pub async fn release_all(self: &Rc<Self>) -> io::Result<()> {
+        // A late append (a request answered while the shard stops) must not
+        // write into room released below before its header is durable.
+        self.closed.set(true);
         // Appends stopped; a round loop may still be on its way out.
         while self.running.get() || !self.pending.borrow().is_empty() {
             runtime::sleep(std::time::Duration::from_millis(1)).await;

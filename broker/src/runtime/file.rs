@@ -295,11 +295,13 @@ impl DirectFile {
 
     pub async fn truncate(&self, size_bytes: u64) -> io::Result<()> {
         self.mark_unsynced(size_bytes);
-        match &self.inner {
-            Backend::Dma(file) => file.truncate(size_bytes).await?,
-            Backend::Sim(file) => file.truncate(size_bytes).await?,
-        }
-        Ok(())
+        let cut = match &self.inner {
+            Backend::Dma(file) => file.truncate(size_bytes).await.map_err(io::Error::from),
+            Backend::Sim(file) => file.truncate(size_bytes).await,
+        };
+        // Marked again on completion, as a write is.
+        self.mark_unsynced(size_bytes);
+        cut
     }
 
     pub async fn size_bytes(&self) -> io::Result<u64> {

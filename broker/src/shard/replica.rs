@@ -357,6 +357,12 @@ impl Shard {
             }
             // No save may land in the directory after it is gone.
             replica.epoch_saver.close().await;
+            if let Err(e) = replica.log.fence_for_removal().await {
+                // Kept: a replica made again under this name would otherwise
+                // get this one's journaled bytes from a replay.
+                tracing::error!(error = %e, dir = %replica.log.dir().display(), "fencing a removed replica's journal records failed; its data is kept");
+                return;
+            }
             let dir = replica.log.dir().to_path_buf();
             if let Err(e) = runtime::blocking(move || std::fs::remove_dir_all(dir)).await {
                 tracing::warn!(error = %e, dir = %replica.log.dir().display(), "removing a replica's data failed");

@@ -461,8 +461,24 @@ impl PartitionLog {
     /// cleaner use them from their next decision on; nothing on disk changes.
     pub fn set_config(&self, config: LogConfig) -> LogResult<()> {
         config.validate()?;
+        let leaves_always = matches!(self.config.borrow().flush_policy, FlushPolicy::Always)
+            && !matches!(config.flush_policy, FlushPolicy::Always);
+        if leaves_always && !self.unjournaled.borrow().is_empty() {
+            // Written and never to be handed over, while the journal may
+            // hold older images of their pages: acknowledged from now on
+            // once written, they wait for a fence first (`fence_owed`).
+            self.unjournaled.borrow_mut().clear();
+            self.unlisted_writes.set(true);
+        }
         *self.config.borrow_mut() = config;
         Ok(())
+    }
+
+    /// Written bytes newer than images the journal holds of their pages,
+    /// and no fence yet: nothing may be acknowledged until a write-out
+    /// syncs them and writes one.
+    fn fence_owed(&self) -> bool {
+        self.journaled.get() && self.unlisted_writes.get()
     }
 
     pub fn log_start_offset(&self) -> Offset {
@@ -919,9 +935,9 @@ impl PartitionLog {
     }
 
     async fn reach(&self, target: Offset, mark: &Watermark, sync: bool) -> LogResult<()> {
-        while mark.get() < target.0 {
+        while mark.get() < target.0 || self.fence_owed() {
             let _gate = self.io_gate.enter().await;
-            if mark.get() >= target.0 {
+            if mark.get() >= target.0 && !self.fence_owed() {
                 break;
             }
             // Appended while the log was closing: never written, never acknowledged.
@@ -1284,6 +1300,29 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Before the log's directory is removed (whether or not its close
+    /// succeeded): a log made again under its name must never get this
+    /// one's images from a replay.
+    pub async fn fence_for_removal(&self) -> LogResult<()> {
+        let Some((journal, name)) = self
+            .journal
+            .borrow()
+            .as_ref()
+            .map(|a| (a.journal.clone(), a.name.clone()))
+        else {
+            return Ok(());
+        };
+        if !journal.has_records_of(&name) {
+            return Ok(());
+        }
+        journal
+            .append(name, vec![JournalEntry::Fence])
+            .await
+            .map_err(|e| LogError::io(journal.path(), e))?;
+        self.journaled.set(false);
+        Ok(())
+    }
+
     /// As `fence_journal` for the segments at `bases` only, whose files a
     /// compaction swap replaces: they are sealed and synced, and nothing is
     /// written to them again, so no sync and no gate is needed.
@@ -1559,21 +1598,23 @@ impl PartitionLog {
             assert_eq!(tail.end(), segment.size_bytes);
         }
         let next_offset = self.seal_files(base, file).await?;
+        // Synced by the seal, and never to be handed over after it: a
+        // compaction swap fences the segment without waiting for a commit.
+        // Older images of its pages may be in the ring while the newest is
+        // not: fenced, or a replay would write an old page over records
+        // the seal made durable (and that are acknowledged below). Before
+        // the segment counts as finished, so a failure leaves it to finish
+        // again.
+        self.unjournaled
+            .borrow_mut()
+            .retain(|chunk| chunk.segment_base != base);
+        self.fence_journal_segments(&[base]).await?;
         {
             let mut state = self.state.borrow_mut();
             let segment = state.segment_mut(base).expect("segment");
             segment.tail = None;
             segment.closing = false;
         }
-        // Synced by the seal, and never to be handed over after it: a
-        // compaction swap fences the segment without waiting for a commit.
-        // Older images of its pages may be in the ring while the newest is
-        // not: fenced, or a replay would write an old page over records
-        // the seal made durable (and that are acknowledged below).
-        self.unjournaled
-            .borrow_mut()
-            .retain(|chunk| chunk.segment_base != base);
-        self.fence_journal_segments(&[base]).await?;
         if next_offset.0 > self.written.get() {
             self.written.advance(next_offset.0);
         }
