@@ -210,15 +210,35 @@ async fn run_shard(
         let dir = config
             .data_dir
             .join(crate::log::journal_replay::JOURNAL_DIR);
-        let journal = crate::log::shard_journal::ShardJournal::open(
+        match crate::log::shard_journal::ShardJournal::open(
             &dir,
             &format!("shard-{shard_id}"),
             config.journal_ring_bytes_per_shard,
         )
         .await
-        .map_err(|e| fail(format!("opening the journal in {}: {e}", dir.display())))?;
-        shard.use_journal(journal.clone());
-        Some(journal)
+        {
+            Ok(journal) => {
+                shard.use_journal(journal.clone());
+                Some(journal)
+            }
+            // No room for a new ring: the logs sync their own files, as
+            // with no journal configured, and the next start tries again.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                ) =>
+            {
+                tracing::warn!(shard = shard_id, dir = %dir.display(), error = %e, "no room for the journal ring; running without it");
+                None
+            }
+            Err(e) => {
+                return Err(fail(format!(
+                    "opening the journal in {}: {e}",
+                    dir.display()
+                )))
+            }
+        }
     } else {
         None
     };

@@ -234,7 +234,23 @@ impl ShardJournal {
             })
             .await?;
         }
-        let file = DirectFile::create_new(&tmp).await?;
+        if let Err(e) = Self::fill(&tmp, &writer, ring_bytes).await {
+            // Nothing half-made stays behind to take the room (a full disk
+            // is the likely cause).
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        runtime::blocking(move || -> io::Result<()> {
+            std::fs::rename(&tmp, &path)?;
+            sync_dir(&dir)
+        })
+        .await?;
+        Ok(writer)
+    }
+
+    /// Writes every byte of a new ring at `tmp`: zeros, then the header.
+    async fn fill(tmp: &Path, writer: &RingWriter, ring_bytes: u64) -> io::Result<()> {
+        let file = DirectFile::create_new(tmp).await?;
         let mut zeros = AlignedBuffer::new(ZERO_FILL_BYTES);
         zeros.as_mut_slice().fill(0);
         let zeros = zeros.seal(ZERO_FILL_BYTES);
@@ -252,14 +268,7 @@ impl ShardJournal {
         }
         let block = writer.header().encode_block(None);
         file.write_at(&aligned(&block), 0).await?;
-        file.fdatasync().await?;
-        drop(file);
-        runtime::blocking(move || -> io::Result<()> {
-            std::fs::rename(&tmp, &path)?;
-            sync_dir(&dir)
-        })
-        .await?;
-        Ok(writer)
+        file.fdatasync().await
     }
 
     /// The ring as far as a scan from its header needs it when nothing is
