@@ -482,17 +482,6 @@ async fn one_life(
         }
         model.borrow_mut().report.journal_commits += log.stats().journal_commits;
         drop(log);
-        // As a broker's clean shutdown: the closed log needs nothing the
-        // ring holds (a kill from here on leaves it to the next replay).
-        if let Some(journal) = &journal {
-            if let Err(e) = journal.release_all().await {
-                model
-                    .borrow_mut()
-                    .violations
-                    .push(format!("emptying the journal: {e}"));
-                return;
-            }
-        }
         if let Some(log) = open_and_check(&dir, seed, &clock, &model, "reopen after close").await {
             if let Some(journal) = &journal {
                 if let Err(e) = log.attach_journal(journal.clone()).await {
@@ -503,6 +492,16 @@ async fn one_life(
                 }
             }
             let _ = log.close().await;
+        }
+        // As a broker's clean shutdown: the closed log needs nothing the
+        // ring holds (a kill from here on leaves it to the next replay).
+        if let Some(journal) = &journal {
+            if let Err(e) = journal.release_all().await {
+                model
+                    .borrow_mut()
+                    .violations
+                    .push(format!("emptying the journal: {e}"));
+            }
         }
     } else {
         // Runs until the simulation kills it.
