@@ -745,6 +745,32 @@ fn a_journal_replayed_at_start_restores_a_tail_the_segment_lost() {
     assert!(verified.problems.is_empty(), "{:?}", verified.problems);
 }
 
+/// The shard journal `shard-0` of the data dir `data`, a 4 MiB ring.
+async fn journal_in(data: &Path) -> Rc<broker::log::shard_journal::ShardJournal> {
+    let dir = data.join(broker::log::journal_replay::JOURNAL_DIR);
+    broker::log::shard_journal::ShardJournal::open(&dir, "shard-0", 4 << 20)
+        .await
+        .unwrap()
+}
+
+/// The log in `dir` under `config()`, its commits through `journal`.
+async fn journaled_log(
+    dir: &Path,
+    journal: &Rc<broker::log::shard_journal::ShardJournal>,
+) -> Rc<broker::log::PartitionLog> {
+    let clock = Rc::new(ManualClock::new(1_000));
+    let log = open(dir, config(), &clock).await;
+    log.attach_journal(journal.clone()).await.unwrap();
+    log
+}
+
+/// Appends `bytes` (epoch 3) and waits for its acknowledgement.
+async fn append_acked(log: &broker::log::PartitionLog, bytes: &[u8]) -> broker::log::AppendInfo {
+    let info = log.append(bytes, LeaderEpoch(3)).await.unwrap();
+    log.wait_for_ack(info.log_end_offset).await.unwrap();
+    info
+}
+
 /// Every segment file of `dir`, by name, with its size now.
 fn segment_sizes(dir: &Path) -> Vec<(PathBuf, u64)> {
     segment_files(dir)
@@ -800,18 +826,12 @@ fn tags_after_reopen(dir: &Path) -> (Vec<(i64, u64)>, Offset) {
 #[test]
 fn acks_through_the_journal_survive_the_loss_of_every_unsynced_segment_byte() {
     use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
-    use broker::log::shard_journal::ShardJournal;
 
     let run_and_lose = |data: &Path| -> PathBuf {
         let dir = data.join("topics").join("t-0");
         let (data, log_dir) = (data.to_path_buf(), dir.clone());
         run(async move {
-            let journal = ShardJournal::open(&data.join(JOURNAL_DIR), "shard-0", 4 << 20)
-                .await
-                .unwrap();
-            let clock = Rc::new(ManualClock::new(1_000));
-            let log = open(&log_dir, config(), &clock).await;
-            log.attach_journal(journal).await.unwrap();
+            let log = journaled_log(&log_dir, &journal_in(&data).await).await;
             for tag in 0..BATCHES {
                 let info = log
                     .append(
@@ -862,8 +882,7 @@ fn acks_through_the_journal_survive_the_loss_of_every_unsynced_segment_byte() {
 /// writes back what was acknowledged after the cut.
 #[test]
 fn a_truncation_fences_the_journal_so_a_replay_never_brings_cut_batches_back() {
-    use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
-    use broker::log::shard_journal::ShardJournal;
+    use broker::log::journal_replay::replay_journals;
 
     let cut = Offset((BATCHES / 2) as i64 * RECORDS as i64);
     // Crashed right after the cut, then with a few batches acknowledged after it.
@@ -872,12 +891,7 @@ fn a_truncation_fences_the_journal_so_a_replay_never_brings_cut_batches_back() {
         let dir = data.path().join("topics").join("t-0");
         let (data_path, log_dir) = (data.path().to_path_buf(), dir.clone());
         let synced = run(async move {
-            let journal = ShardJournal::open(&data_path.join(JOURNAL_DIR), "shard-0", 4 << 20)
-                .await
-                .unwrap();
-            let clock = Rc::new(ManualClock::new(1_000));
-            let log = open(&log_dir, config(), &clock).await;
-            log.attach_journal(journal).await.unwrap();
+            let log = journaled_log(&log_dir, &journal_in(&data_path).await).await;
             let ack = |tag: u64| {
                 let log = log.clone();
                 async move {
@@ -924,27 +938,20 @@ fn a_truncation_fences_the_journal_so_a_replay_never_brings_cut_batches_back() {
 /// records the seal made durable and acknowledged.
 #[test]
 fn a_seal_fences_older_page_images_the_journal_still_holds() {
-    use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
-    use broker::log::shard_journal::ShardJournal;
+    use broker::log::journal_replay::replay_journals;
 
     let data = tempfile::tempdir().unwrap();
     let dir = data.path().join("topics").join("t-0");
     let (data_path, log_dir) = (data.path().to_path_buf(), dir.clone());
     let (r2_base, r2_tag) = run(async move {
-        let journal = ShardJournal::open(&data_path.join(JOURNAL_DIR), "shard-0", 4 << 20)
-            .await
-            .unwrap();
-        let clock = Rc::new(ManualClock::new(1_000));
-        let log = open(&log_dir, config(), &clock).await;
-        log.attach_journal(journal).await.unwrap();
+        let log = journaled_log(&log_dir, &journal_in(&data_path).await).await;
         let small = |tag: u64| batch(tag, 1, 1_000 + tag as i64, 20);
         let segment_bytes = config().segment_size_bytes;
         let mut tag = 0;
         // Acknowledged one by one (each commit journals the last page)
         // until the segment is nearly full.
         while log.size_bytes() + 4 * (small(tag).len() as u64) < segment_bytes {
-            let info = log.append(&small(tag), LeaderEpoch(3)).await.unwrap();
-            log.wait_for_ack(info.log_end_offset).await.unwrap();
+            append_acked(&log, &small(tag)).await;
             tag += 1;
         }
         // r2 joins the last page, unacknowledged; then appends roll.
@@ -1007,8 +1014,7 @@ fn a_log_made_again_under_its_name_fences_the_earlier_logs_records() {
             let log = open(&log_dir, config(), &clock).await;
             log.attach_journal(journal.clone()).await.unwrap();
             for tag in first..first + count {
-                let info = log.append(&uniform(tag), LeaderEpoch(3)).await.unwrap();
-                log.wait_for_ack(info.log_end_offset).await.unwrap();
+                append_acked(&log, &uniform(tag)).await;
             }
             // Gone without a close, then made again.
             drop(log);
@@ -1034,24 +1040,17 @@ fn a_log_made_again_under_its_name_fences_the_earlier_logs_records() {
 /// over the acknowledged batch.
 #[test]
 fn leaving_always_fences_the_journal_before_the_next_acknowledgement() {
-    use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
-    use broker::log::shard_journal::ShardJournal;
+    use broker::log::journal_replay::replay_journals;
     use broker::log::FlushPolicy;
 
     let data = tempfile::tempdir().unwrap();
     let dir = data.path().join("topics").join("t-0");
     let (data_path, log_dir) = (data.path().to_path_buf(), dir.clone());
     let (last_base, last_tag) = run(async move {
-        let journal = ShardJournal::open(&data_path.join(JOURNAL_DIR), "shard-0", 4 << 20)
-            .await
-            .unwrap();
-        let clock = Rc::new(ManualClock::new(1_000));
-        let log = open(&log_dir, config(), &clock).await;
-        log.attach_journal(journal).await.unwrap();
+        let log = journaled_log(&log_dir, &journal_in(&data_path).await).await;
         let small = |tag: u64| batch(tag, 1, 1_000 + tag as i64, 20);
         for tag in 0..3 {
-            let info = log.append(&small(tag), LeaderEpoch(3)).await.unwrap();
-            log.wait_for_ack(info.log_end_offset).await.unwrap();
+            append_acked(&log, &small(tag)).await;
         }
         // Written (its page's newer image), not committed, then the policy changes.
         let last = log.append(&small(3), LeaderEpoch(3)).await.unwrap();

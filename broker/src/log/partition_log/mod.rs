@@ -1284,18 +1284,7 @@ impl PartitionLog {
     /// Writes the fence record `fence_journal` needs, once the log's files
     /// hold whatever it keeps. Callers hold `io_gate`.
     async fn append_fence(&self) -> LogResult<()> {
-        let Some((journal, name)) = self
-            .journal
-            .borrow()
-            .as_ref()
-            .map(|a| (a.journal.clone(), a.name.clone()))
-        else {
-            return Ok(());
-        };
-        journal
-            .append(name, vec![JournalEntry::Fence])
-            .await
-            .map_err(|e| LogError::io(journal.path(), e))?;
+        self.append_to_journal(vec![JournalEntry::Fence]).await?;
         self.journaled.set(false);
         Ok(())
     }
@@ -1304,23 +1293,15 @@ impl PartitionLog {
     /// succeeded): a log made again under its name must never get this
     /// one's images from a replay.
     pub async fn fence_for_removal(&self) -> LogResult<()> {
-        let Some((journal, name)) = self
+        let has_records = self
             .journal
             .borrow()
             .as_ref()
-            .map(|a| (a.journal.clone(), a.name.clone()))
-        else {
-            return Ok(());
-        };
-        if !journal.has_records_of(&name) {
+            .is_some_and(|a| a.journal.has_records_of(&a.name));
+        if !has_records {
             return Ok(());
         }
-        journal
-            .append(name, vec![JournalEntry::Fence])
-            .await
-            .map_err(|e| LogError::io(journal.path(), e))?;
-        self.journaled.set(false);
-        Ok(())
+        self.append_fence().await
     }
 
     /// As `fence_journal` for the segments at `bases` only, whose files a
@@ -1330,6 +1311,16 @@ impl PartitionLog {
         if !self.journaled.get() {
             return Ok(());
         }
+        let entries = bases
+            .iter()
+            .map(|b| JournalEntry::SegmentFence(*b))
+            .collect();
+        self.append_to_journal(entries).await
+    }
+
+    /// Hands `entries` of this log to the attached journal (none attached:
+    /// nothing to do) and waits until they are durable.
+    async fn append_to_journal(&self, entries: Vec<JournalEntry>) -> LogResult<()> {
         let Some((journal, name)) = self
             .journal
             .borrow()
@@ -1338,10 +1329,6 @@ impl PartitionLog {
         else {
             return Ok(());
         };
-        let entries = bases
-            .iter()
-            .map(|b| JournalEntry::SegmentFence(*b))
-            .collect();
         journal
             .append(name, entries)
             .await
