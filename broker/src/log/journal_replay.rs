@@ -4,7 +4,9 @@
 //! marked empty, so the logs' own recovery sees what was acknowledged and a
 //! later crash never replays records older than this start.
 //!
-//! Blocking std I/O: it runs once, before the shards start.
+//! Blocking std I/O: it runs once, before the shards start. A ring with
+//! nothing live (a clean shutdown emptied it) is read only as far as its
+//! header and first record's blocks.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,8 +16,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::checkpoint::{sync_dir, CLEAN_SHUTDOWN_FILE};
-use super::journal::{replay_plan, scan, JournalError, RecordBody, RingWriter};
+use super::journal::{
+    may_start_record, replay_plan, scan, JournalError, JournalHeader, RecordBody, RingWriter,
+    JOURNAL_BLOCK_BYTES,
+};
 use super::segment::{segment_path, LOG_SUFFIX};
+use super::shard_journal::JOURNAL_RING_BYTES_MAX;
 
 /// Under the data directory: one ring file per shard.
 pub const JOURNAL_DIR: &str = "journal";
@@ -76,13 +82,62 @@ pub fn ring_files(data_dir: &Path) -> Result<Vec<PathBuf>, ReplayError> {
     Ok(rings)
 }
 
+/// A ring file as far as its scan needs it. After a clean shutdown (most
+/// starts) nothing is live: then only the header block and the blocks where
+/// the first record would begin are read, the rest left zero, instead of
+/// the whole ring from disk (its writes bypassed the page cache). If any of
+/// those blocks may hold a record start, the whole ring is read.
+fn read_ring(path: &Path) -> io::Result<Vec<u8>> {
+    let block = JOURNAL_BLOCK_BYTES as usize;
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    if !(JOURNAL_BLOCK_BYTES * 2..=JOURNAL_RING_BYTES_MAX).contains(&len) {
+        return fs::read(path);
+    }
+    let read_block = |at: u64| -> io::Result<Option<Vec<u8>>> {
+        let mut bytes = vec![0u8; block];
+        match file.read_exact_at(&mut bytes, at) {
+            Ok(()) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let Some(head) = read_block(0)? else {
+        return fs::read(path);
+    };
+    let Ok(header) = JournalHeader::decode_block(&head) else {
+        return fs::read(path);
+    };
+    // Zeroed lazily by the allocator: only the blocks copied in are touched.
+    let mut ring = vec![0u8; len as usize];
+    ring[..block].copy_from_slice(&head);
+    let start = header.start.position;
+    for candidate in [
+        start,
+        start.next_multiple_of(JOURNAL_BLOCK_BYTES),
+        JOURNAL_BLOCK_BYTES,
+    ] {
+        if candidate + JOURNAL_BLOCK_BYTES > len {
+            continue;
+        }
+        match read_block(candidate)? {
+            Some(bytes) if !may_start_record(&bytes) => {
+                let at = candidate as usize;
+                ring[at..at + block].copy_from_slice(&bytes);
+            }
+            _ => return fs::read(path),
+        }
+    }
+    Ok(ring)
+}
+
 /// Replays every ring under `data_dir` into the segment files under
 /// `data_dir/topics`, syncs what it wrote, then empties each ring.
 pub fn replay_journals(data_dir: &Path) -> Result<ReplayReport, ReplayError> {
     let topics = data_dir.join("topics");
     let mut report = ReplayReport::default();
     for ring_path in ring_files(data_dir)? {
-        let ring = fs::read(&ring_path).map_err(io_error(&ring_path))?;
+        let ring = read_ring(&ring_path).map_err(io_error(&ring_path))?;
         let found = scan(&ring).map_err(|source| ReplayError::Corrupt {
             path: ring_path.clone(),
             source,
@@ -252,6 +307,27 @@ mod tests {
         let after = replay_journals(data.path()).unwrap();
         assert_eq!((after.records, after.writes), (1, 1));
         assert_eq!(fs::read(&b).unwrap(), one);
+    }
+
+    /// A ring read only at its header and first blocks scans as the whole
+    /// file does: with live records (then it is read whole) and without.
+    #[test]
+    fn a_ring_read_in_part_scans_as_the_whole_file() {
+        let data = tempfile::tempdir().unwrap();
+        let (ring, mut writer) = new_ring(data.path(), "shard-0");
+        let one = vec![1u8; 4096];
+        write_round(
+            &ring,
+            &mut writer,
+            &[RecordSpec::write("t-0", Offset(0), 0, &one)],
+        );
+        let count = |bytes: &[u8]| scan(bytes).unwrap().records.len();
+        assert_eq!(count(&read_ring(&ring).unwrap()), 1);
+        replay_journals(data.path()).unwrap();
+        let (part, whole) = (read_ring(&ring).unwrap(), fs::read(&ring).unwrap());
+        assert_eq!((count(&part), count(&whole)), (0, 0));
+        assert_eq!(scan(&part).unwrap().next, scan(&whole).unwrap().next);
+        assert_eq!(scan(&part).unwrap().header, scan(&whole).unwrap().header);
     }
 
     #[test]
