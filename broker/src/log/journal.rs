@@ -238,6 +238,19 @@ impl JournalHeader {
     }
 }
 
+/// Where the record after one that ended at `at` may begin, and so the
+/// only places a scan looks: right there, at the next block (a new round),
+/// or at the start of the record area (a round that wrapped). The first
+/// record's `at` is the header's start. A reader that fetches only part of
+/// a ring fetches these.
+pub fn record_candidates(at: u64) -> [u64; 3] {
+    [
+        at,
+        at.next_multiple_of(JOURNAL_BLOCK_BYTES),
+        JOURNAL_BLOCK_BYTES,
+    ]
+}
+
 /// Whether a record may begin at the start of `block` (its magic is there):
 /// a block that fails this holds no record start, whatever its bytes.
 pub fn may_start_record(block: &[u8]) -> bool {
@@ -678,12 +691,7 @@ pub fn scan(ring: &[u8]) -> Result<Scan<'_>, JournalError> {
     // loop whatever the bytes say.
     let records_max = (ring.len() / RECORD_HEADER_BYTES) + 1;
     'records: while records.len() < records_max {
-        let candidates = [
-            at,
-            at.next_multiple_of(JOURNAL_BLOCK_BYTES),
-            JOURNAL_BLOCK_BYTES,
-        ];
-        for candidate in candidates {
+        for candidate in record_candidates(at) {
             match record_at(ring, candidate, expected, header.ring_id) {
                 Found::Record(record, end) => {
                     records.push(record);

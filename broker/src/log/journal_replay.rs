@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use super::checkpoint::{sync_dir, CLEAN_SHUTDOWN_FILE};
 use super::journal::{
-    may_start_record, replay_plan, scan, JournalError, JournalHeader, RecordBody, RingWriter,
-    JOURNAL_BLOCK_BYTES,
+    may_start_record, record_candidates, replay_plan, scan, JournalError, JournalHeader,
+    RecordBody, RingWriter, JOURNAL_BLOCK_BYTES,
 };
 use super::segment::{segment_path, LOG_SUFFIX};
 use super::shard_journal::JOURNAL_RING_BYTES_MAX;
@@ -111,12 +111,7 @@ fn read_ring(path: &Path) -> io::Result<Vec<u8>> {
     // Zeroed lazily by the allocator: only the blocks copied in are touched.
     let mut ring = vec![0u8; len as usize];
     ring[..block].copy_from_slice(&head);
-    let start = header.start.position;
-    for candidate in [
-        start,
-        start.next_multiple_of(JOURNAL_BLOCK_BYTES),
-        JOURNAL_BLOCK_BYTES,
-    ] {
+    for candidate in record_candidates(header.start.position) {
         if candidate + JOURNAL_BLOCK_BYTES > len {
             continue;
         }

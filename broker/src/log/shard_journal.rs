@@ -20,8 +20,9 @@ use protocol::Offset;
 
 use super::checkpoint::sync_dir;
 use super::journal::{
-    may_start_record, scan, JournalError, JournalHeader, JournalSeq, RecordSpec, RingMark,
-    RingWriter, RoundBuffer, JOURNAL_BLOCK_BYTES, JOURNAL_CHUNK_BYTES_MAX, RECORD_HEADER_BYTES,
+    may_start_record, record_candidates, scan, JournalError, JournalHeader, JournalSeq, RecordSpec,
+    RingMark, RingWriter, RoundBuffer, JOURNAL_BLOCK_BYTES, JOURNAL_CHUNK_BYTES_MAX,
+    RECORD_HEADER_BYTES,
 };
 use super::journal_replay::JOURNAL_SUFFIX;
 use crate::runtime::{
@@ -289,12 +290,7 @@ impl ShardJournal {
         let Ok(header) = JournalHeader::decode_block(&ring[..block]) else {
             return Self::read_all(path, ring_bytes).await;
         };
-        let start = header.start.position;
-        for candidate in [
-            start,
-            start.next_multiple_of(JOURNAL_BLOCK_BYTES),
-            JOURNAL_BLOCK_BYTES,
-        ] {
+        for candidate in record_candidates(header.start.position) {
             if candidate + JOURNAL_BLOCK_BYTES > ring_bytes {
                 continue;
             }

@@ -227,10 +227,6 @@ impl Shard {
         self.journal = Some(journal);
     }
 
-    pub fn journal(&self) -> Option<&Rc<crate::log::shard_journal::ShardJournal>> {
-        self.journal.as_ref()
-    }
-
     pub fn id(&self) -> usize {
         self.id
     }
