@@ -75,6 +75,14 @@ pub struct BrokerConfig {
     /// segment files each. 0 turns the journal off. Default 256 MiB; 0, or
     /// a multiple of 4 KiB within `JOURNAL_RING_BYTES_MIN..=JOURNAL_RING_BYTES_MAX`.
     pub journal_ring_bytes_per_shard: u64,
+    /// How fast each shard gives back the disk space of segment files that
+    /// retention (or a follower's reset) removed: their names go at once,
+    /// their blocks are freed in synced steps of 4 MiB at most this many
+    /// bytes per second (without a pause once 8 GiB wait), so no single
+    /// file-system commit has gigabytes to free and discard while
+    /// acknowledgements wait on it. 0 frees them all with the unlink.
+    /// Default 512 MiB/s.
+    pub space_release_bytes_per_s_per_shard: u64,
     /// Controller endpoints (HOST:PORT) of the cluster's quorum. Default
     /// empty: the broker then runs its own one-voter controller in-process.
     pub controllers: Vec<String>,
@@ -310,6 +318,7 @@ pub struct FileConfig {
     pub io_memory_bytes_per_shard: Option<usize>,
     pub blocking_threads_per_shard: Option<usize>,
     pub journal_ring_bytes_per_shard: Option<u64>,
+    pub space_release_bytes_per_s_per_shard: Option<u64>,
     /// Comma-separated controller endpoints.
     pub controller: Option<String>,
     pub embedded_controller_listen: Option<String>,
@@ -376,6 +385,9 @@ impl FileConfig {
             journal_ring_bytes_per_shard: overrides
                 .journal_ring_bytes_per_shard
                 .or(self.journal_ring_bytes_per_shard),
+            space_release_bytes_per_s_per_shard: overrides
+                .space_release_bytes_per_s_per_shard
+                .or(self.space_release_bytes_per_s_per_shard),
             controller: overrides.controller.or(self.controller),
             embedded_controller_listen: overrides
                 .embedded_controller_listen
@@ -497,6 +509,9 @@ impl BrokerConfig {
             journal_ring_bytes_per_shard: file
                 .journal_ring_bytes_per_shard
                 .unwrap_or(crate::log::shard_journal::JOURNAL_RING_BYTES_DEFAULT),
+            space_release_bytes_per_s_per_shard: file
+                .space_release_bytes_per_s_per_shard
+                .unwrap_or(512 << 20),
             controllers: parse_controllers(file.controller.as_deref())?,
             embedded_controller_listen,
             replica_lag_time_max_ms: file.replica_lag_time_max_ms.unwrap_or(10_000),

@@ -77,11 +77,13 @@ impl Drop for FetchWaiter {
     }
 }
 
-/// A shard's disk counters: its logs' (summed) and its journal's.
+/// A shard's disk counters: its logs' (summed), its journal's and its
+/// space releaser's.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StorageStats {
     pub log: crate::log::LogStats,
     pub journal: crate::log::shard_journal::JournalStats,
+    pub release: crate::log::space_release::ReleaseStats,
 }
 
 impl ShardMetrics {
@@ -194,7 +196,11 @@ impl ShardMetrics {
         groups: &GroupGauges,
         cache_bytes: usize,
     ) -> String {
-        let StorageStats { log, journal } = storage;
+        let StorageStats {
+            log,
+            journal,
+            release,
+        } = storage;
         let mut out = String::new();
         for (api, count) in self.requests.borrow().iter() {
             let _ = writeln!(
@@ -258,6 +264,10 @@ impl ShardMetrics {
                 "ringlog_journal_checkpoint_waits_total",
                 journal.checkpoint_waits,
             ),
+            ("ringlog_log_released_bytes_total", release.released_bytes),
+            ("ringlog_log_released_files_total", release.released_files),
+            ("ringlog_log_release_pending_bytes", release.pending_bytes),
+            ("ringlog_log_release_failures_total", release.failures),
             ("ringlog_log_preallocations_total", log.preallocations),
             (
                 "ringlog_log_preallocations_refused_total",

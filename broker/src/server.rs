@@ -206,6 +206,11 @@ async fn run_shard(
         mesh,
     );
     shard.trust_clean_logs(clean_logs);
+    if config.space_release_bytes_per_s_per_shard > 0 {
+        shard.use_releaser(crate::log::space_release::SpaceReleaser::start(
+            config.space_release_bytes_per_s_per_shard,
+        ));
+    }
     let journal = if config.journal_ring_bytes_per_shard > 0 {
         let dir = config
             .data_dir

@@ -221,3 +221,65 @@ proptest! {
         run(crash_keeps_acknowledged(scripts, policy));
     }
 }
+
+/// Retention removes whole segments' files (unlinks and a directory sync,
+/// slow on a busy disk): an append's acknowledgement must not wait for that.
+/// The retention pass is polled by hand until its segments left the log and
+/// then left suspended in the removal, so the acknowledgement can only come
+/// if the removal holds nothing the commit needs.
+#[test]
+fn an_acknowledgement_does_not_wait_for_retention_to_remove_files() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    run(async move {
+        let clock = Rc::new(ManualClock::new(0));
+        let config = LogConfig {
+            retention_bytes: Some(8 * 1024),
+            ..small_segments(FlushPolicy::Always)
+        };
+        let log = open(dir.path(), config, &clock).await;
+        for tag in 0..40 {
+            let info = log
+                .append(&batch(tag, 4, 0, 300), LeaderEpoch(3))
+                .await
+                .unwrap();
+            log.wait_for_ack(info.log_end_offset).await.unwrap();
+        }
+        log.flush().await.unwrap();
+        let start = log.log_start_offset();
+        let mut retention = Box::pin(log.enforce_retention(log.log_end_offset()));
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut polls = 0;
+        while log.log_start_offset() == start {
+            assert!(
+                retention.as_mut().poll(&mut cx).is_pending(),
+                "retention ended before it was seen removing files"
+            );
+            polls += 1;
+            assert!(polls < 10_000, "retention never moved the log start");
+            runtime::sleep(Duration::from_millis(1)).await;
+        }
+        let info = log
+            .append(&batch(99, 4, 0, 300), LeaderEpoch(3))
+            .await
+            .unwrap();
+        let acked = runtime::timeout(
+            Duration::from_secs(30),
+            log.wait_for_ack(info.log_end_offset),
+        )
+        .await;
+        assert!(
+            matches!(acked, Some(Ok(()))),
+            "the acknowledgement waited for retention's file removal: {acked:?}"
+        );
+        let removed = retention.await.unwrap();
+        assert!(removed > 0);
+        let seen = read_all(&log).await;
+        assert_eq!(seen.last().map(|(_, v)| v.len()), Some(4));
+        assert!(seen.first().unwrap().0 >= log.log_start_offset().0);
+        log.close().await.unwrap();
+    });
+}

@@ -622,3 +622,61 @@ fn shards_run_on_the_cpus_the_process_was_given() {
     }
     assert!(shard_threads >= 1);
 }
+
+/// Retention takes a segment's names at once and leaves its blocks to the
+/// shard's releaser, which frees them in paced steps: the metrics account
+/// for every byte of the removed files, and nothing stays pending.
+#[test]
+fn retention_leaves_a_removed_segments_space_to_the_releaser() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let broker = Broker::start(&data, 1);
+    let mut client = Client::connect(broker.addr()).unwrap();
+    let segment_bytes = 64 * 1024;
+    assert_eq!(
+        client.create_topic(
+            "r",
+            1,
+            &[
+                ("segment.bytes", &segment_bytes.to_string()),
+                ("retention.bytes", &segment_bytes.to_string()),
+            ]
+        ),
+        ErrorCode::None
+    );
+    for tag in 0..48 {
+        let (code, _) = client.produce("r", 0, &batch(tag, 8, 1_000, 1_000), 1);
+        assert_eq!(code, ErrorCode::None);
+    }
+    // Retention runs every few seconds; the releaser right after it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric_sum(&broker, "ringlog_log_released_files_total") < 2
+        || metric_sum(&broker, "ringlog_log_release_pending_bytes") > 0
+    {
+        assert!(Instant::now() < deadline, "no segment's space was released");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Every appended byte is either in a file still there or released
+    // (the active file may also hold alignment padding).
+    let released = metric_sum(&broker, "ringlog_log_released_bytes_total");
+    let appended = metric_sum(&broker, "ringlog_log_appended_bytes_total");
+    let logs: Vec<u64> = std::fs::read_dir(data.join("topics").join("r-0"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| e.metadata().unwrap().len())
+        .collect();
+    let left: u64 = logs.iter().sum();
+    assert!(
+        released <= appended && released + left as i64 >= appended,
+        "{appended} appended, {released} released, {left} in {} files left",
+        logs.len()
+    );
+    assert!(logs.len() <= 3, "{} segment files left", logs.len());
+    assert_eq!(metric_sum(&broker, "ringlog_log_release_failures_total"), 0);
+    let (code, _, log_start, _) = client.fetch("r", 0, 0, 1 << 20, 0);
+    assert!(
+        code == ErrorCode::OffsetOutOfRange || log_start > 0,
+        "{code:?}, log start {log_start}"
+    );
+}

@@ -17,6 +17,7 @@ mod recovery;
 pub mod scan;
 pub mod segment;
 pub mod shard_journal;
+pub mod space_release;
 mod swap;
 mod tail;
 pub mod txn_index;

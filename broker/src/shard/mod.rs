@@ -175,6 +175,9 @@ pub struct Shard {
     /// The journal this shard's logs commit through under `always`
     /// (`use_journal`), if the broker keeps one.
     journal: Option<Rc<crate::log::shard_journal::ShardJournal>>,
+    /// Frees removed segment files' blocks in paced steps for every log
+    /// this shard opens (`use_releaser`), if the broker paces it.
+    releaser: Option<Rc<crate::log::space_release::SpaceReleaser>>,
 }
 
 impl Shard {
@@ -218,6 +221,7 @@ impl Shard {
             producer_id_gate: SerialGate::new(),
             stopping: Cell::new(false),
             journal: None,
+            releaser: None,
         }
     }
 
@@ -225,6 +229,12 @@ impl Shard {
     /// commits through `journal` under `always`.
     pub fn use_journal(&mut self, journal: Rc<crate::log::shard_journal::ShardJournal>) {
         self.journal = Some(journal);
+    }
+
+    /// Before any replica opens: every log this shard opens from now on
+    /// leaves the space of the segment files it removes to `releaser`.
+    pub fn use_releaser(&mut self, releaser: Rc<crate::log::space_release::SpaceReleaser>) {
+        self.releaser = Some(releaser);
     }
 
     pub fn id(&self) -> usize {
@@ -489,6 +499,11 @@ impl Shard {
                     .journal
                     .as_ref()
                     .map(|journal| journal.stats())
+                    .unwrap_or_default(),
+                release: self
+                    .releaser
+                    .as_ref()
+                    .map(|releaser| releaser.stats())
                     .unwrap_or_default(),
             },
             &self.cleaner_gauges(),

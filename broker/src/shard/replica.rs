@@ -282,6 +282,9 @@ impl Shard {
         if let Some(journal) = &self.journal {
             log.attach_journal(journal.clone()).await?;
         }
+        if let Some(releaser) = &self.releaser {
+            log.release_space_through(releaser.clone());
+        }
         Ok(log)
     }
 

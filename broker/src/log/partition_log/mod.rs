@@ -36,6 +36,7 @@ use super::segment::{
     TIME_INDEX_SUFFIX,
 };
 use super::shard_journal::{JournalChunk, JournalEntry, ShardJournal};
+use super::space_release::SpaceReleaser;
 use super::tail::{SealedChunk, Tail};
 use super::txn_index::{AbortedIndex, AbortedTxn};
 use crate::clock::Clock;
@@ -270,6 +271,9 @@ pub struct PartitionLog {
     unlisted_writes: Cell<bool>,
     /// The journal may hold records of this log since its last fence.
     journaled: Cell<bool>,
+    /// The shard's releaser, if any, which frees removed segment files'
+    /// blocks in paced steps (`release_space_through`).
+    releaser: RefCell<Option<Rc<SpaceReleaser>>>,
 }
 
 #[derive(Debug)]
@@ -394,6 +398,7 @@ impl PartitionLog {
             unjournaled: RefCell::default(),
             unlisted_writes: Cell::new(false),
             journaled: Cell::new(false),
+            releaser: RefCell::new(None),
         };
         {
             let _gate = log.io_gate.enter().await;
@@ -450,6 +455,13 @@ impl PartitionLog {
         }
         *self.journal.borrow_mut() = Some(LogJournal { journal, name });
         Ok(())
+    }
+
+    /// From now on retention hands the `.log` files it removes to
+    /// `releaser`, which frees their blocks in paced steps, instead of
+    /// freeing them all with the unlink.
+    pub fn release_space_through(&self, releaser: Rc<SpaceReleaser>) {
+        *self.releaser.borrow_mut() = Some(releaser);
     }
 
     /// The settings now in force (a copy: they may change, `set_config`).
@@ -1102,7 +1114,7 @@ impl PartitionLog {
             .await
             .map_err(|e| LogError::io(&path, e))?;
         // Its directory entry is durable before any write to it is vouched for.
-        self.remove_files_and_sync(Vec::new()).await?;
+        self.remove_files_and_sync(Vec::new(), false).await?;
         if let Some(segment) = self.state.borrow_mut().segment_mut(base) {
             segment.file = Some(file.clone());
         }
@@ -2152,7 +2164,7 @@ impl PartitionLog {
             .filter(|s| s.base != offset)
             .map(|s| s.base)
             .collect();
-        self.remove_files_and_sync(gone).await?;
+        self.remove_and_release(gone).await?;
         // Every snapshot describes the replaced history: none may be loaded
         // for the new one (its producers start empty).
         let (snapshots, _) = self.remove_stale_snapshots(offset, offset).await?;
@@ -2195,15 +2207,36 @@ impl PartitionLog {
             .collect();
         // Newest first: a crash part-way leaves the log a prefix.
         let gone = removed.iter().rev().map(|s| s.base).collect();
-        self.remove_files_and_sync(gone).await
+        self.remove_files_and_sync(gone, false).await.map(drop)
+    }
+
+    /// As `remove_files_and_sync`, with the `.log` files' blocks left to the
+    /// shard's releaser when the log has one.
+    async fn remove_and_release(&self, bases: Vec<Offset>) -> LogResult<()> {
+        let releaser = self.releaser.borrow().clone();
+        let held = self
+            .remove_files_and_sync(bases, releaser.is_some())
+            .await?;
+        if let Some(releaser) = releaser {
+            releaser.release(held);
+        }
+        Ok(())
     }
 
     /// Removes the files of the segments at `bases` (in that order) and
     /// syncs the directory, on the runtime's blocking thread: unlinks and a
-    /// directory sync block, and the shard keeps serving meanwhile.
-    async fn remove_files_and_sync(&self, bases: Vec<Offset>) -> LogResult<()> {
+    /// directory sync block, and the shard keeps serving meanwhile. With
+    /// `hold`, each `.log` file is opened before its unlink and returned
+    /// open with its length: its blocks stay taken until the holder
+    /// truncates or closes it.
+    async fn remove_files_and_sync(
+        &self,
+        bases: Vec<Offset>,
+        hold: bool,
+    ) -> LogResult<Vec<(std::fs::File, u64)>> {
         let dir = self.dir.clone();
         runtime::blocking(move || {
+            let mut held = Vec::new();
             for base in bases {
                 for suffix in [
                     LOG_SUFFIX,
@@ -2211,18 +2244,37 @@ impl PartitionLog {
                     TIME_INDEX_SUFFIX,
                     TXN_INDEX_SUFFIX,
                 ] {
-                    remove_if_exists(&segment_path(&dir, base, suffix))?;
+                    let path = segment_path(&dir, base, suffix);
+                    if hold && suffix == LOG_SUFFIX {
+                        match std::fs::File::options().write(true).open(&path) {
+                            Ok(file) => {
+                                let len =
+                                    file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+                                held.push((file, len));
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) => return Err(LogError::io(&path, e)),
+                        }
+                    }
+                    remove_if_exists(&path)?;
                 }
             }
-            checkpoint::sync_dir(&dir).map_err(|e| LogError::io(&dir, e))
+            checkpoint::sync_dir(&dir).map_err(|e| LogError::io(&dir, e))?;
+            Ok(held)
         })
         .await
     }
 
     /// Deletes the oldest closed segments that retention no longer keeps, never
     /// past `end_limit`; returns how many went. The log start moves up with them.
+    ///
+    /// Only the choice and the log start's move hold `io_gate`: removing the
+    /// files (unlinks of whole segments and a directory sync, tens of
+    /// milliseconds on a busy disk) runs under `segments_gate` alone, so the
+    /// writes and syncs acknowledgements wait for go on meanwhile, as during
+    /// a compaction swap.
     pub async fn enforce_retention(&self, end_limit: Offset) -> LogResult<usize> {
-        let _gate = self.io_gate.enter().await;
+        let gate = self.io_gate.enter().await;
         let _segments = self.segments_gate.enter().await;
         self.refuse_if_closed()?;
         // The active segment's file must exist before older ones go, or a restart
@@ -2248,11 +2300,15 @@ impl PartitionLog {
             self.generation.set(self.generation.get() + 2);
         }
         let removed: Vec<Segment> = self.state.borrow_mut().segments.drain(..count).collect();
+        // Nothing that holds `io_gate` alone touches closed segments' files
+        // (a sync still in flight on one holds its own handle); truncation,
+        // reset and close wait for `segments_gate`.
+        drop(gate);
         if count > 0 {
             let log_start = self.log_start_offset();
             self.state.borrow_mut().aborted.remove_below(log_start);
             // Oldest first: a crash part-way leaves the log a suffix.
-            self.remove_files_and_sync(removed.iter().map(|s| s.base).collect())
+            self.remove_and_release(removed.iter().map(|s| s.base).collect())
                 .await?;
             self.remove_stale_snapshots(self.log_start_offset(), self.log_end_offset())
                 .await?;
