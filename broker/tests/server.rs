@@ -632,7 +632,8 @@ fn retention_leaves_a_removed_segments_space_to_the_releaser() {
     let data = dir.path().join("data");
     let broker = Broker::start(&data, 1);
     let mut client = Client::connect(broker.addr()).unwrap();
-    let segment_bytes = 64 * 1024;
+    // Larger than a release step: smaller files are freed with their unlink.
+    let segment_bytes = 5 << 20;
     assert_eq!(
         client.create_topic(
             "r",
@@ -645,7 +646,8 @@ fn retention_leaves_a_removed_segments_space_to_the_releaser() {
         ErrorCode::None
     );
     for tag in 0..48 {
-        let (code, _) = client.produce("r", 0, &batch(tag, 8, 1_000, 1_000), 1);
+        // Even tags: uncompressed, about 512 KB each.
+        let (code, _) = client.produce("r", 0, &batch(tag * 2, 32, 1_000, 16_000), 1);
         assert_eq!(code, ErrorCode::None);
     }
     // Retention runs every few seconds; the releaser right after it.

@@ -942,7 +942,15 @@ impl ProducerWorker {
                 self.account_unsent();
             }
             self.seal_due(now_ns, !sending);
-            if self.identity_stale {
+            self.expire_unsendable(now_ns);
+            let more_to_send = sending
+                || self
+                    .queues
+                    .iter()
+                    .any(|q| q.open.is_some() || !q.sealed.is_empty());
+            // Nothing left to stamp: the run can end (and report its
+            // failures) without a new producer id.
+            if self.identity_stale && more_to_send {
                 if self.txn.is_some() {
                     bail!("a batch of a transaction failed for good; the run stops");
                 }
@@ -1021,6 +1029,46 @@ impl ProducerWorker {
             .expect("checked")
             .advance(now_ns, outstanding, more)
             .await
+    }
+
+    /// Fails, as errors, the front batches of each partition with nothing
+    /// in flight that have waited past the delivery timeout (counted from
+    /// their first send, or their first record's if never sent) because no
+    /// leader could be reached: a retry's timeout is otherwise judged only
+    /// when an answer comes, and a run whose broker died never ended.
+    fn expire_unsendable(&mut self, now_ns: u64) {
+        let timeout_ns = self.config().delivery_timeout_ms * 1_000_000;
+        let mut expired: Vec<SealedBatch> = Vec::new();
+        for queue in &mut self.queues {
+            if queue.in_flight > 0 {
+                continue;
+            }
+            while let Some(front) = queue.sealed.front() {
+                let since_ns = front
+                    .first_sent_ns
+                    .or_else(|| front.sends.first().map(|(send_ns, _)| *send_ns))
+                    .unwrap_or(now_ns);
+                if now_ns.saturating_sub(since_ns) < timeout_ns {
+                    break;
+                }
+                let batch = queue.sealed.pop_front().expect("checked");
+                if let Some(index) = batch.send_index {
+                    queue.unresolved.remove(&(batch.generation, index));
+                }
+                expired.push(batch);
+            }
+        }
+        if expired.is_empty() {
+            return;
+        }
+        let mut stats = self.shared.stats.lock().expect("stats lock");
+        for batch in expired {
+            for _ in &batch.sends {
+                stats.record_error();
+            }
+            self.buffered_bytes -= batch.buffered_bytes;
+            self.identity_stale |= batch.stamped;
+        }
     }
 
     fn complete(&mut self, done: Completion) {

@@ -278,3 +278,47 @@ fn a_leader_gets_one_produce_request_for_all_its_ready_partitions() {
         "{requests} produce requests carried {batches} batches"
     );
 }
+
+/// A run whose broker dies part-way still ends by itself: batches that no
+/// leader could take within the delivery timeout count as errors, instead
+/// of the run waiting for a broker that is gone.
+#[test]
+fn a_run_whose_broker_dies_ends_within_its_delivery_timeout() {
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_block(2);
+    let mut broker = RealBroker::start(&dir.path().join("data"), port);
+    let report = dir.path().join("report");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+        .args(
+            "--topic gone --partitions 4 --rate 5000 --duration 6s --warmup 1s --consumers 0 --delivery-timeout 2s"
+                .split_whitespace(),
+        )
+        .arg("--report-dir")
+        .arg(&report)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    broker.kill9();
+    // Sending ends 7 s in, the last batches fail 2 s later; generous
+    // beside that, far short of forever.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = run.kill();
+            panic!("the load generator still ran 60 s after its broker died");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut run.stdout.take().unwrap(), &mut stdout).unwrap();
+    // Whether it ends by reporting the failed sends or by failing to take
+    // a new producer id for the rest, it must say the run failed.
+    assert!(!status.success(), "the run reported success:\n{stdout}");
+}

@@ -1,7 +1,8 @@
 //! Gives a shard's removed segment files' disk space back at a bounded pace.
 //!
-//! Retention takes a segment's names away at once (and syncs the directory),
-//! but the blocks of its `.log` file are freed only as this releaser
+//! Retention (and a follower's reset, and a replica's removal) takes a
+//! segment's names away at once (and syncs the directory), but the blocks
+//! of its `.log` file are freed only as this releaser
 //! truncates the still-open file, a step at a time. Freed all at once,
 //! gigabytes of blocks go to the file system's next commit, which (with
 //! online discard, common on SSDs and virtual disks) issues a discard for
@@ -18,6 +19,8 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fs::File;
+use std::io;
+use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -142,6 +145,31 @@ impl SpaceReleaser {
     }
 }
 
+/// Opens the file at `path` to hold it past its unlink, with its length,
+/// if it is larger than one release step; smaller files (and files that
+/// cannot be opened, such as when out of descriptors) are left to their
+/// unlink, which frees them at once: the handles a releaser keeps stay
+/// few, and nothing fails for want of one.
+pub fn hold_if_large(path: &Path) -> Option<(File, u64)> {
+    let file = File::options().write(true).open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    (len > RELEASE_STEP_BYTES).then_some((file, len))
+}
+
+/// Removes `dir` and everything in it (a removed replica), holding its
+/// large segment files past the removal as `hold_if_large` does.
+pub fn remove_dir_holding_segments(dir: &Path) -> io::Result<Vec<(File, u64)>> {
+    let mut held = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            held.extend(hold_if_large(&path));
+        }
+    }
+    std::fs::remove_dir_all(dir)?;
+    Ok(held)
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -167,6 +195,25 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert!(probe.metadata().unwrap().blocks() > 0);
         (file, probe)
+    }
+
+    #[test]
+    fn a_removed_directory_leaves_only_its_large_segment_files_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let replica = dir.path().join("t-0");
+        std::fs::create_dir(&replica).unwrap();
+        let large = RELEASE_STEP_BYTES + 4096;
+        std::fs::File::create(replica.join("00000000000000000000.log"))
+            .unwrap()
+            .set_len(large)
+            .unwrap();
+        std::fs::write(replica.join("00000000000000000100.log"), [1u8; 4096]).unwrap();
+        std::fs::write(replica.join("00000000000000000000.index"), [2u8; 64]).unwrap();
+        let held = remove_dir_holding_segments(&replica).unwrap();
+        assert!(!replica.exists());
+        assert_eq!(held.len(), 1);
+        assert_eq!(held[0].1, large);
+        assert_eq!(held[0].0.metadata().unwrap().len(), large);
     }
 
     #[test]

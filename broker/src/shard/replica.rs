@@ -367,8 +367,24 @@ impl Shard {
                 return;
             }
             let dir = replica.log.dir().to_path_buf();
-            if let Err(e) = runtime::blocking(move || std::fs::remove_dir_all(dir)).await {
-                tracing::warn!(error = %e, dir = %replica.log.dir().display(), "removing a replica's data failed");
+            let hold = self.releaser.is_some();
+            let removed = runtime::blocking(move || {
+                if hold {
+                    crate::log::space_release::remove_dir_holding_segments(&dir)
+                } else {
+                    std::fs::remove_dir_all(&dir).map(|()| Vec::new())
+                }
+            })
+            .await;
+            match removed {
+                Ok(held) => {
+                    if let Some(releaser) = &self.releaser {
+                        releaser.release(held);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, dir = %replica.log.dir().display(), "removing a replica's data failed");
+                }
             }
         }
     }

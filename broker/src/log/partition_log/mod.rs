@@ -36,7 +36,7 @@ use super::segment::{
     TIME_INDEX_SUFFIX,
 };
 use super::shard_journal::{JournalChunk, JournalEntry, ShardJournal};
-use super::space_release::SpaceReleaser;
+use super::space_release::{self, SpaceReleaser};
 use super::tail::{SealedChunk, Tail};
 use super::txn_index::{AbortedIndex, AbortedTxn};
 use crate::clock::Clock;
@@ -2226,9 +2226,9 @@ impl PartitionLog {
     /// Removes the files of the segments at `bases` (in that order) and
     /// syncs the directory, on the runtime's blocking thread: unlinks and a
     /// directory sync block, and the shard keeps serving meanwhile. With
-    /// `hold`, each `.log` file is opened before its unlink and returned
-    /// open with its length: its blocks stay taken until the holder
-    /// truncates or closes it.
+    /// `hold`, each `.log` file larger than a release step is opened before
+    /// its unlink and returned open with its length: its blocks stay taken
+    /// until the holder truncates or closes it.
     async fn remove_files_and_sync(
         &self,
         bases: Vec<Offset>,
@@ -2246,15 +2246,7 @@ impl PartitionLog {
                 ] {
                     let path = segment_path(&dir, base, suffix);
                     if hold && suffix == LOG_SUFFIX {
-                        match std::fs::File::options().write(true).open(&path) {
-                            Ok(file) => {
-                                let len =
-                                    file.metadata().map_err(|e| LogError::io(&path, e))?.len();
-                                held.push((file, len));
-                            }
-                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                            Err(e) => return Err(LogError::io(&path, e)),
-                        }
+                        held.extend(space_release::hold_if_large(&path));
                     }
                     remove_if_exists(&path)?;
                 }
