@@ -1071,3 +1071,68 @@ fn leaving_always_fences_the_journal_before_the_next_acknowledgement() {
         "acknowledged batch {last_tag} at {last_base} lost: {tags:?}"
     );
 }
+
+/// Retention hands removed segment files to the shard's releaser, which
+/// empties them in steps after their names are gone: nothing it truncates
+/// may be a file the log still reads. Appends interleaved with retention
+/// passes (and rolls) under `always`, every removed file emptied, then a
+/// reopen reads back every batch past the log start from disk, and
+/// `verify-log` passes.
+#[test]
+fn space_released_after_retention_takes_nothing_the_log_keeps() {
+    use broker::log::space_release::SpaceReleaser;
+    use broker::log::FlushPolicy;
+    use std::time::Duration;
+
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("topics").join("t-0");
+    let log_dir = dir.clone();
+    let kept = run(async move {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let config = LogConfig {
+            // Larger than a release step, so each removed file is held.
+            segment_size_bytes: 5 << 20,
+            retention_bytes: Some(12 << 20),
+            flush_policy: FlushPolicy::Always,
+            ..small_config()
+        };
+        let log = open(&log_dir, config, &clock).await;
+        let releaser = SpaceReleaser::start(64 << 20);
+        log.release_space_through(releaser.clone());
+        let mut acked = Vec::new();
+        for n in 0..240u64 {
+            // Even tags: uncompressed, about 128 KB each.
+            let tag = n * 2;
+            let info = append_acked(&log, &batch(tag, 16, 1_000 + n as i64, 8_000)).await;
+            acked.push((info.base_offset.0, tag));
+            if n % 60 == 59 {
+                // Rolled segments are finished (closed) by then.
+                log.flush().await.unwrap();
+                log.enforce_retention(log.log_end_offset()).await.unwrap();
+            }
+        }
+        let mut waited_ms = 0;
+        while releaser.stats().pending_bytes > 0 {
+            assert!(waited_ms < 30_000, "{:?}", releaser.stats());
+            broker::runtime::sleep(Duration::from_millis(10)).await;
+            waited_ms += 10;
+        }
+        assert!(
+            releaser.stats().released_files >= 2,
+            "{:?}",
+            releaser.stats()
+        );
+        let start = log.log_start_offset().0;
+        assert!(start > 0, "retention removed segments");
+        log.close().await.unwrap();
+        acked
+            .into_iter()
+            .filter(|(base, _)| *base >= start)
+            .collect::<Vec<_>>()
+    });
+    let (tags, end) = tags_after_reopen(&dir);
+    assert_eq!(end, Offset(240 * 16));
+    assert_eq!(tags, kept);
+    let verified = verify(&dir);
+    assert!(verified.problems.is_empty(), "{:?}", verified.problems);
+}
