@@ -943,14 +943,9 @@ impl ProducerWorker {
             }
             self.seal_due(now_ns, !sending);
             self.expire_unsendable(now_ns);
-            let more_to_send = sending
-                || self
-                    .queues
-                    .iter()
-                    .any(|q| q.open.is_some() || !q.sealed.is_empty());
             // Nothing left to stamp: the run can end (and report its
             // failures) without a new producer id.
-            if self.identity_stale && more_to_send {
+            if self.identity_stale && (sending || self.holds_batches()) {
                 if self.txn.is_some() {
                     bail!("a batch of a transaction failed for good; the run stops");
                 }
@@ -964,10 +959,7 @@ impl ProducerWorker {
             }
             if !sending
                 && in_flight == 0
-                && self
-                    .queues
-                    .iter()
-                    .all(|q| q.open.is_none() && q.sealed.is_empty())
+                && !self.holds_batches()
                 && self.txn.as_ref().is_none_or(TxnCycle::is_done)
             {
                 if let Some(txn) = &self.txn {
@@ -1029,6 +1021,13 @@ impl ProducerWorker {
             .expect("checked")
             .advance(now_ns, outstanding, more)
             .await
+    }
+
+    /// Whether any partition still has a batch open or waiting to be sent.
+    fn holds_batches(&self) -> bool {
+        self.queues
+            .iter()
+            .any(|q| q.open.is_some() || !q.sealed.is_empty())
     }
 
     /// Fails, as errors, the front batches of each partition with nothing

@@ -24,6 +24,8 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
+use super::segment::LOG_SUFFIX;
+
 use crate::runtime::{self, TaskClass, Watermark};
 
 /// Bytes freed by one truncation and its sync: small enough that its
@@ -162,7 +164,7 @@ pub fn remove_dir_holding_segments(dir: &Path) -> io::Result<Vec<(File, u64)>> {
     let mut held = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "log") {
+        if path.extension().is_some_and(|e| e == LOG_SUFFIX) {
             held.extend(hold_if_large(&path));
         }
     }
