@@ -326,6 +326,76 @@ fn one_pass_leaves_each_keys_final_value() {
     });
 }
 
+/// A swap's replaced segment files go to the shard's releaser, which frees
+/// their blocks in paced steps, and that takes nothing the compacted log
+/// keeps: after the releaser drained, a reopen reads each key's final value
+/// back from disk and `verify-log` finds no problem.
+#[test]
+fn a_swap_leaves_the_replaced_files_space_to_the_releaser() {
+    use broker::log::space_release::SpaceReleaser;
+
+    run(async {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Rc::new(ManualClock::new(1_000_000));
+        let config = LogConfig {
+            min_compaction_lag_ms: 0,
+            // Larger than a release step, so each replaced file is held.
+            segment_size_bytes: 5 << 20,
+            write_chunk_bytes: 64 << 10,
+            unwritten_bytes_max: (1 << 20) + (64 << 10),
+            index_interval_bytes: 4096,
+            ..config()
+        };
+        let log = open(dir.path(), config.clone(), &clock).await;
+        let releaser = SpaceReleaser::start(64 << 20);
+        log.release_space_through(releaser.clone());
+        let mut finals = HashMap::new();
+        for round in 0..160u64 {
+            let records: Vec<(u8, bool)> = (0..KEYS).map(|k| (k, false)).collect();
+            let (bytes, _) = keyed_batch(&records, 8_000, false, clock.now_ms(), round);
+            let info = log.append(&bytes, LeaderEpoch(1)).await.unwrap();
+            for k in 0..KEYS {
+                finals.insert(k, info.base_offset.0 + i64::from(k));
+            }
+            clock.advance(10);
+        }
+        log.flush().await.unwrap();
+        assert!(log.segment_bases().len() >= 3, "{:?}", log.segment_bases());
+        let report = log.clean(&pass(&log, 1 << 15, None)).await.unwrap();
+        assert!(report.segments_rewritten >= 2, "{report:?}");
+        let mut waited_ms = 0;
+        // A file counts as released once closed, after its last step.
+        while releaser.stats().pending_bytes > 0 || releaser.stats().released_files < 2 {
+            assert!(waited_ms < 30_000, "{:?}", releaser.stats());
+            broker::runtime::sleep(std::time::Duration::from_millis(10)).await;
+            waited_ms += 10;
+        }
+        let released = releaser.stats();
+        assert!(released.released_bytes >= 2 * (4 << 20), "{released:?}");
+        assert_eq!(released.failures, 0);
+        log.close().await.unwrap();
+        drop(log);
+        let verified =
+            verify_partition_dir(dir.path(), VerifyOptions::default(), &mut std::io::sink())
+                .await
+                .unwrap();
+        assert_eq!(
+            verified.first_problem(),
+            None,
+            "verify-log finds no problem"
+        );
+        let log = open(dir.path(), config, &clock).await;
+        let read = read_all(&log).await;
+        for (key, offset) in &finals {
+            assert!(
+                read.iter().any(|(o, r)| o == offset && r.key == *key),
+                "key {key} at {offset}"
+            );
+        }
+        assert_eq!(log.log_end_offset(), Offset(160 * i64::from(KEYS)));
+    });
+}
+
 #[test]
 fn a_compacted_log_refuses_records_without_a_key() {
     run(async {

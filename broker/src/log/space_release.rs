@@ -1,8 +1,8 @@
 //! Gives a shard's removed segment files' disk space back at a bounded pace.
 //!
-//! Retention (and a follower's reset, and a replica's removal) takes a
-//! segment's names away at once (and syncs the directory), but the blocks
-//! of its `.log` file are freed only as this releaser
+//! Retention (and a follower's reset, a compaction swap, and a replica's
+//! removal) takes a segment's names away at once (and syncs the directory),
+//! but the blocks of its `.log` file are freed only as this releaser
 //! truncates the still-open file, a step at a time. Freed all at once,
 //! gigabytes of blocks go to the file system's next commit, which (with
 //! online discard, common on SSDs and virtual disks) issues a discard for

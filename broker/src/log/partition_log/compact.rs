@@ -22,6 +22,7 @@ use crate::log::segment::{
     remove_if_exists, segment_path, write_small_file, Segment, INDEX_SUFFIX, LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
 };
+use crate::log::space_release;
 use crate::log::swap::{self, staged_path, SwapStep, CLEANED_SUFFIX};
 use crate::runtime::{self, AlignedBuffer, DirectFile, DIRECT_IO_ALIGNMENT_BYTES};
 
@@ -395,9 +396,27 @@ impl PartitionLog {
         }
         let dir = self.dir.clone();
         let stop = request.stop_swap_after;
+        let releaser = self.releaser.borrow().clone();
+        let hold = releaser.is_some();
         // Until the state changes below, readers keep the old segments' open
         // files, whose bytes stay readable whatever happens to their names.
-        let swapped = runtime::blocking(move || swap::swap_in(&dir, base, &replaced, stop)).await;
+        // With a releaser, the replaced `.log` files are also held open past
+        // the swap, so their blocks are freed in paced steps and not all at
+        // the next file-system commit (see `space_release`).
+        let (swapped, held) = runtime::blocking(move || {
+            let held: Vec<_> = if hold {
+                replaced
+                    .iter()
+                    .filter_map(|&b| {
+                        space_release::hold_if_large(&segment_path(&dir, b, LOG_SUFFIX))
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (swap::swap_in(&dir, base, &replaced, stop), held)
+        })
+        .await;
         let opened = match (&swapped, stop) {
             (Ok(()), None) => {
                 let path = segment_path(&self.dir, base, LOG_SUFFIX);
@@ -412,6 +431,13 @@ impl PartitionLog {
         // One synchronous step from here: reads that began before it see a
         // new generation and start over on the new segments.
         self.generation.set(self.generation.get() + 2);
+        // Only a finished swap took the held files' names away: truncating
+        // one still named (a stopped or failed swap's, closed here instead)
+        // would destroy records the log keeps. Reads of the old files that
+        // began before see the new generation whatever their bytes.
+        if let (Ok(()), None, Some(releaser)) = (&swapped, stop, releaser) {
+            releaser.release(held);
+        }
         let file = match (swapped, opened) {
             (Ok(()), Some(Ok(file))) => file,
             (Ok(()), None) => {
