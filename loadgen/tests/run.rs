@@ -322,3 +322,47 @@ fn a_run_whose_broker_dies_ends_within_its_delivery_timeout() {
     // a new producer id for the rest, it must say the run failed.
     assert!(!status.success(), "the run reported success:\n{stdout}");
 }
+
+/// A broker that stops answering without closing its connections (SIGSTOP:
+/// a hung process, or a host gone from the network) must not hold the run
+/// forever either: requests in flight time out, their batches are retried
+/// until the delivery timeout, and the run ends and says it failed.
+#[test]
+fn a_run_whose_broker_hangs_ends_and_reports_the_failure() {
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_block(2);
+    let mut broker = RealBroker::start(&dir.path().join("data"), port);
+    let report = dir.path().join("report");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+        .args(
+            "--topic hung --partitions 4 --rate 5000 --duration 6s --warmup 1s --consumers 2 --delivery-timeout 2s"
+                .split_whitespace(),
+        )
+        .arg("--report-dir")
+        .arg(&report)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    broker.signal("STOP");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = run.kill();
+            broker.signal("CONT");
+            panic!("the load generator still ran 90 s after its broker hung");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    broker.signal("CONT");
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut run.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(!status.success(), "the run reported success:\n{stdout}");
+    broker.kill9();
+}

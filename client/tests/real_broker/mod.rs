@@ -164,6 +164,17 @@ impl RealBroker {
         }
     }
 
+    /// Sends `signal` (a `kill` name: STOP, CONT) to the running broker.
+    pub fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the broker runs");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal}");
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
