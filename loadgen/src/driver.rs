@@ -1543,7 +1543,12 @@ impl ProducerWorker {
 
     fn next_wake_ns(&self, now_ns: u64, sending: bool) -> u64 {
         let mut wake = now_ns + 1_000_000;
-        if sending {
+        // With its buffer full the worker cannot generate whatever the
+        // schedule owes: only an answer (which wakes it through its
+        // channel) frees room. Waking for an overdue schedule then spun a
+        // whole core on clock reads and yields whenever the broker was
+        // overloaded, taking that core from the broker being measured.
+        if sending && self.buffered_bytes < WORKER_BUFFER_BYTES_MAX {
             if let Some(next) = self
                 .schedule
                 .intended_send_ns(self.schedule.messages_scheduled())

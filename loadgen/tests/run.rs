@@ -366,3 +366,53 @@ fn a_run_whose_broker_hangs_ends_and_reports_the_failure() {
     assert!(!status.success(), "the run reported success:\n{stdout}");
     broker.kill9();
 }
+
+/// CPU time (user + system) a process has used so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// A producer whose buffer is full (the broker answers nothing) has nothing
+/// to do until an answer frees room: it must wait for one, not spin on its
+/// overdue schedule and take a core from the broker it measures.
+#[test]
+fn a_producer_with_a_full_buffer_waits_without_spinning() {
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_block(2);
+    let broker = RealBroker::start(&dir.path().join("data"), port);
+    let report = dir.path().join("report");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+        .args(
+            "--topic full --partitions 4 --rate 200000 --duration 8s --warmup 1s --consumers 0 --delivery-timeout 60s"
+                .split_whitespace(),
+        )
+        .arg("--report-dir")
+        .arg(&report)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    broker.signal("STOP");
+    // 200k msgs/s of 500 B fill both workers' 64 MiB well within this.
+    std::thread::sleep(Duration::from_secs(2));
+    let ticks_per_s = 100;
+    let before = cpu_ticks(run.id());
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu_ticks(run.id()) - before;
+    broker.signal("CONT");
+    let _ = run.kill();
+    let _ = run.wait();
+    assert!(
+        used < 3 * ticks_per_s / 4,
+        "the load generator used {used} ticks of CPU in 3 s waiting on a stopped broker"
+    );
+}
