@@ -92,7 +92,7 @@ fn run_broker(args: RunArgs) -> ExitCode {
         Some(path) => match FileConfig::read(path) {
             Ok(file) => file,
             Err(e) => {
-                eprintln!("ringlog-broker: {e}");
+                complain(&e);
                 return ExitCode::from(2);
             }
         },
@@ -113,17 +113,25 @@ fn run_broker(args: RunArgs) -> ExitCode {
     let config = match BrokerConfig::from_file_config(file.merge(overrides)) {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("ringlog-broker: {e}");
+            complain(&e);
             return ExitCode::from(2);
         }
     };
     match broker::server::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ringlog-broker: {e}");
+            complain(&e);
             ExitCode::from(1)
         }
     }
+}
+
+/// Writes why the broker stops to standard error, if it can: a full log
+/// disk must not turn an orderly failure exit into a crash (`eprintln!`
+/// panics when the write fails, and panics abort).
+fn complain(e: &dyn std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "ringlog-broker: {e}");
 }
 
 fn verify_log(dir: PathBuf, print: bool) -> ExitCode {

@@ -30,6 +30,15 @@ pub enum ServerError {
         path: String,
         source: std::io::Error,
     },
+    /// Every log closed, but the record naming them is not durable: the
+    /// next start rescans them all (nothing acknowledged is lost).
+    #[error(
+        "data dir {path}: every log closed, but the record of it was not written, so the next start rescans them: {source}"
+    )]
+    CleanShutdownRecord {
+        path: String,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Journal(#[from] crate::log::journal_replay::ReplayError),
     #[error("data dir {0} is in use by another broker")]
@@ -152,9 +161,11 @@ pub fn run(config: BrokerConfig) -> Result<(), ServerError> {
         .collect::<Result<Vec<Vec<String>>, ServerError>>()?;
     // Every shard closed: one durable record names every log closed cleanly.
     let closed: Vec<String> = closed.into_iter().flatten().collect();
-    crate::log::write_clean_logs(&data_dir, &closed).map_err(|source| ServerError::DataDir {
-        path: dir.clone(),
-        source,
+    crate::log::write_clean_logs(&data_dir, &closed).map_err(|source| {
+        ServerError::CleanShutdownRecord {
+            path: dir.clone(),
+            source,
+        }
     })?;
     drop(lock);
     tracing::info!(logs = closed.len(), "broker stopped cleanly");

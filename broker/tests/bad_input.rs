@@ -381,6 +381,40 @@ fn a_full_log_disk_does_not_stop_the_broker() {
     still_serving(&mut broker);
 }
 
+/// The broker is stopped while its data directory refuses new files (made
+/// immutable, as a full or failing disk would refuse them) and its log
+/// disk is full: the record of logs closed cleanly cannot be written, so
+/// the exit is a failure (the next start rescans), but an orderly one with
+/// its own exit code. Saying why must not crash the process because the
+/// log cannot take the message either (it did: an abort and a core dump
+/// when a disk filled up during a benchmark).
+#[test]
+fn a_stop_that_cannot_record_its_clean_shutdown_exits_with_an_error_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port_block(1);
+    let mut broker =
+        Broker::start_logging_to(&data, 1, port, &[], std::path::Path::new("/dev/full"));
+    let mut client = Client::connect(broker.addr()).unwrap();
+    assert_eq!(client.create_topic("t", 1, &[]), ErrorCode::None);
+    let (code, _) = client.produce("t", 0, &batch(2, 1, 1_000, 4 << 10), -1);
+    assert_eq!(code, ErrorCode::None);
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&data)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(
+        chattr("+i"),
+        "chattr +i needs root and a file system with attributes"
+    );
+    let code = broker.stop();
+    assert!(chattr("-i"));
+    assert_eq!(code, Some(1), "an exit code, not a signal");
+}
+
 /// A tmpfs mounted for one test and unmounted when dropped: a real disk that
 /// fills up, with the kernel's own ENOSPC.
 struct SmallDisk {
