@@ -241,3 +241,52 @@ fn maintenance_is_due_only_while_a_log_has_work() {
         });
     }
 }
+
+/// A read longer than one disk read (`DISK_READ_BYTES_MAX`) is read from
+/// the segment file in pieces; the pieces come back whole and in order,
+/// from an aligned start and from one in the middle of the file.
+#[test]
+fn a_read_longer_than_one_disk_read_comes_back_whole() {
+    use broker::log::DISK_READ_BYTES_MAX;
+
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let clock = Rc::new(ManualClock::new(1_000));
+        let config = broker::log::LogConfig {
+            segment_size_bytes: 64 << 20,
+            ..small_config()
+        };
+        let log = open(dir.path(), config.clone(), &clock).await;
+        // Even tags are uncompressed: about 50 KB each on disk.
+        let tags: Vec<u64> = (0..60u64).map(|n| n * 2).collect();
+        for &tag in &tags {
+            log.append(&batch(tag, 1, 1_000, 50_000), LeaderEpoch(1))
+                .await
+                .unwrap();
+        }
+        log.close().await.unwrap();
+        // Reopened, so every byte comes from the file.
+        let log = open(dir.path(), config, &clock).await;
+        assert_eq!(log.segment_count(), 1);
+        for start in [0usize, 7] {
+            let fetched = log
+                .read(Offset(start as i64), 4 << 20, log.log_end_offset())
+                .await
+                .unwrap();
+            assert!(
+                fetched.bytes.len() > 4 * DISK_READ_BYTES_MAX,
+                "{} bytes read",
+                fetched.bytes.len()
+            );
+            let batches = decode(&fetched.bytes);
+            assert_eq!(batches.len(), tags.len() - start);
+            for ((base, values), &tag) in batches.iter().zip(&tags[start..]) {
+                assert_eq!(*base, (tag / 2) as i64);
+                assert_eq!(values.len(), 1);
+                assert!(values[0].starts_with(format!("{tag}:0:").as_bytes()));
+                assert_eq!(values[0].len(), 50_000);
+            }
+        }
+        log.check_invariants();
+    });
+}

@@ -32,6 +32,6 @@ pub use create::{create_empty_logs, EmptyLog};
 pub use error::{LogError, LogResult};
 pub use partition_log::{
     AppendInfo, CleanReport, CleanRequest, FetchedBatches, LogStats, PartitionLog,
-    RECOVERY_POINT_CHECKPOINT_MS, SNAPSHOT_SUFFIX,
+    DISK_READ_BYTES_MAX, RECOVERY_POINT_CHECKPOINT_MS, SNAPSHOT_SUFFIX,
 };
 pub use swap::SwapStep;
