@@ -279,45 +279,63 @@ fn a_leader_gets_one_produce_request_for_all_its_ready_partitions() {
     );
 }
 
+/// Starts `ringlog-loadgen run` against the broker on `port` with `args`,
+/// its stdout piped, its report under `dir`.
+fn start_run(dir: &std::path::Path, port: u16, args: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+        .args(args.split_whitespace())
+        .arg("--report-dir")
+        .arg(dir.join("report"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `run` to end, at most `within`; kills it and returns `None`
+/// past that. `Some` holds its exit status and what it printed.
+fn wait_ending(
+    run: &mut std::process::Child,
+    within: std::time::Duration,
+) -> Option<(std::process::ExitStatus, String)> {
+    let deadline = std::time::Instant::now() + within;
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = run.kill();
+            let _ = run.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut run.stdout.take().unwrap(), &mut stdout).unwrap();
+    Some((status, stdout))
+}
+
 /// A run whose broker dies part-way still ends by itself: batches that no
 /// leader could take within the delivery timeout count as errors, instead
 /// of the run waiting for a broker that is gone.
 #[test]
 fn a_run_whose_broker_dies_ends_within_its_delivery_timeout() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let dir = tempfile::tempdir().unwrap();
     let port = free_port_block(2);
     let mut broker = RealBroker::start(&dir.path().join("data"), port);
-    let report = dir.path().join("report");
-    let mut run = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
-        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
-        .args(
-            "--topic gone --partitions 4 --rate 5000 --duration 6s --warmup 1s --consumers 0 --delivery-timeout 2s"
-                .split_whitespace(),
-        )
-        .arg("--report-dir")
-        .arg(&report)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = start_run(
+        dir.path(),
+        port,
+        "--topic gone --partitions 4 --rate 5000 --duration 6s --warmup 1s --consumers 0 --delivery-timeout 2s",
+    );
     std::thread::sleep(Duration::from_secs(3));
     broker.kill9();
     // Sending ends 7 s in, the last batches fail 2 s later; generous
     // beside that, far short of forever.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = run.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = run.kill();
-            panic!("the load generator still ran 60 s after its broker died");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut run.stdout.take().unwrap(), &mut stdout).unwrap();
+    let (status, stdout) = wait_ending(&mut run, Duration::from_secs(60))
+        .expect("the load generator still ran 60 s after its broker died");
     // Whether it ends by reporting the failed sends or by failing to take
     // a new producer id for the rest, it must say the run failed.
     assert!(!status.success(), "the run reported success:\n{stdout}");
@@ -329,40 +347,21 @@ fn a_run_whose_broker_dies_ends_within_its_delivery_timeout() {
 /// until the delivery timeout, and the run ends and says it failed.
 #[test]
 fn a_run_whose_broker_hangs_ends_and_reports_the_failure() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let dir = tempfile::tempdir().unwrap();
     let port = free_port_block(2);
     let mut broker = RealBroker::start(&dir.path().join("data"), port);
-    let report = dir.path().join("report");
-    let mut run = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
-        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
-        .args(
-            "--topic hung --partitions 4 --rate 5000 --duration 6s --warmup 1s --consumers 2 --delivery-timeout 2s"
-                .split_whitespace(),
-        )
-        .arg("--report-dir")
-        .arg(&report)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = start_run(
+        dir.path(),
+        port,
+        "--topic hung --partitions 4 --rate 5000 --duration 6s --warmup 1s --consumers 2 --delivery-timeout 2s",
+    );
     std::thread::sleep(Duration::from_secs(3));
     broker.signal("STOP");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let status = loop {
-        if let Some(status) = run.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = run.kill();
-            broker.signal("CONT");
-            panic!("the load generator still ran 90 s after its broker hung");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let ended = wait_ending(&mut run, Duration::from_secs(90));
     broker.signal("CONT");
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut run.stdout.take().unwrap(), &mut stdout).unwrap();
+    let (status, stdout) = ended.expect("the load generator still ran 90 s after its broker hung");
     assert!(!status.success(), "the run reported success:\n{stdout}");
     broker.kill9();
 }
@@ -388,18 +387,11 @@ fn a_producer_with_a_full_buffer_waits_without_spinning() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port_block(2);
     let broker = RealBroker::start(&dir.path().join("data"), port);
-    let report = dir.path().join("report");
-    let mut run = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
-        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
-        .args(
-            "--topic full --partitions 4 --rate 200000 --duration 8s --warmup 1s --consumers 0 --delivery-timeout 60s"
-                .split_whitespace(),
-        )
-        .arg("--report-dir")
-        .arg(&report)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = start_run(
+        dir.path(),
+        port,
+        "--topic full --partitions 4 --rate 200000 --duration 8s --warmup 1s --consumers 0 --delivery-timeout 60s",
+    );
     std::thread::sleep(Duration::from_secs(2));
     broker.signal("STOP");
     // 200k msgs/s of 500 B fill both workers' 64 MiB well within this.
