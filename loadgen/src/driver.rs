@@ -347,7 +347,7 @@ async fn run(config: Arc<RunConfig>) -> anyhow::Result<RunOutcome> {
             phase,
         );
         last_ns = now_ns;
-        println!("{}", format_progress_line(&summary, phase == Phase::Warmup));
+        crate::say!("{}", format_progress_line(&summary, phase == Phase::Warmup));
         if !producers_done && producer_tasks.iter().all(|t| t.is_finished()) {
             producers_done = true;
             let cpu_at_end = CpuSample::read();
@@ -963,7 +963,7 @@ impl ProducerWorker {
                 && self.txn.as_ref().is_none_or(TxnCycle::is_done)
             {
                 if let Some(txn) = &self.txn {
-                    println!(
+                    crate::say!(
                         "producer {}: {} transactions committed",
                         self.index,
                         txn.committed()

@@ -234,7 +234,7 @@ impl GroupConsumers {
                 .collect();
             if unstable.is_empty() {
                 self.measuring.store(true, Ordering::Release);
-                eprintln!(
+                crate::say_err!(
                     "consumer groups {} stable after {} ms",
                     self.config.group_ids().join(", "),
                     started.elapsed().as_millis()

@@ -14,6 +14,36 @@
 //! generator and the rest of the machine used over the measured seconds,
 //! and `pinning` places its runtime threads on the CPUs `--cpus` names.
 
+/// Writes a line to standard output if it can. A full or closed output (a
+/// log on a full disk, a pipe whose reader left) must not end a run whose
+/// results still go to its own files: `println!` panics there, and panics
+/// abort.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `say!` without the line end.
+#[macro_export]
+macro_rules! say_part {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `say!` to standard error.
+#[macro_export]
+macro_rules! say_err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod consume;
 pub mod cpu;
 pub mod driver;

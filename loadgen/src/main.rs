@@ -30,7 +30,7 @@ const EXIT_BAD_FLAG: u8 = 2;
 
 /// Prints a validation error the way clap prints parse errors: one line, no backtrace.
 fn bad_flag(error: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {error}");
+    loadgen::say_err!("error: {error}");
     ExitCode::from(EXIT_BAD_FLAG)
 }
 
@@ -299,9 +299,9 @@ fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         Err(error) => return Ok(bad_flag(error)),
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&plan)?);
+        loadgen::say!("{}", serde_json::to_string_pretty(&plan)?);
     } else {
-        print!("{}", plan.render_text());
+        loadgen::say_part!("{}", plan.render_text());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -315,7 +315,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(config) => config,
         Err(error) => return Ok(bad_flag(error)),
     };
-    eprintln!(
+    loadgen::say_err!(
         "resolved run configuration:\n{}",
         serde_json::to_string_pretty(&config)?
     );
@@ -333,9 +333,9 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         return run_max_rate(config, threads);
     }
     let outcome = loadgen::driver::run_blocking(config, threads)?;
-    println!("\n{}", render_latency_table(outcome.recorder.aggregate()));
+    loadgen::say!("\n{}", render_latency_table(outcome.recorder.aggregate()));
     let counters = outcome.recorder.all_counters();
-    println!(
+    loadgen::say!(
         "published {} acked {} errors {} consumed {} unsent {}",
         counters.published_messages,
         counters.acked_messages,
@@ -343,45 +343,45 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         counters.consumed_messages,
         counters.unsent_messages
     );
-    println!(
+    loadgen::say!(
         "longest partition unavailability {} ms · batches retried {} · fetch errors ridden through {}",
         outcome.longest_ack_gap_ms, outcome.retried_batches, outcome.fetch_errors
     );
     if let Some(cpu) = outcome.recorder.cpu() {
-        println!(
+        loadgen::say!(
             "cpu over the measured seconds: load generator {:.2} cores, everything else {:.2} (the broker, on a host running nothing else), taken by the hypervisor {:.2}, of {}",
             cpu.loadgen_cores, cpu.other_cores, cpu.stolen_cores, cpu.machine_cores
         );
     }
-    println!(
+    loadgen::say!(
         "load generator threads: {}",
         describe_pinning(&workload.loadgen_cpus, threads)
     );
     for group in &outcome.groups {
-        println!("{}", group.render_line(partitions));
+        loadgen::say!("{}", group.render_line(partitions));
     }
     let files = write_report_dir(&report_dir, &workload, &outcome.recorder)?;
     for file in &files {
-        println!("wrote {}", file.display());
+        loadgen::say!("wrote {}", file.display());
     }
-    println!("report directory: {}", report_dir.display());
+    loadgen::say!("report directory: {}", report_dir.display());
     let unaccounted = counters
         .published_messages
         .saturating_sub(counters.acked_messages + counters.errors);
     if unaccounted > 0 {
-        eprintln!("{unaccounted} sends were neither acknowledged nor failed");
+        loadgen::say_err!("{unaccounted} sends were neither acknowledged nor failed");
         return Ok(ExitCode::from(EXIT_RUN_FAILED));
     }
     for group in &outcome.groups {
         if let Some(report) = &group.verify {
-            print!("group {}: {}", group.group_id, report.render_text());
+            loadgen::say_part!("group {}: {}", group.group_id, report.render_text());
         }
     }
     if let Some(report) = outcome.verify {
         if !outcome.groups.is_empty() {
-            print!("all {} groups: ", outcome.groups.len());
+            loadgen::say_part!("all {} groups: ", outcome.groups.len());
         }
-        print!("{}", report.render_text());
+        loadgen::say_part!("{}", report.render_text());
         if !report.is_clean() {
             return Ok(ExitCode::from(EXIT_VERIFY_ANOMALIES));
         }
@@ -419,7 +419,7 @@ fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
         let mut step = config.clone();
         step.rate_msgs_per_s = rate;
         step.report_dir = base_dir.join(format!("step-{index}-{rate}"));
-        eprintln!("max-rate step {index}: offering {rate} msgs/s");
+        loadgen::say_err!("max-rate step {index}: offering {rate} msgs/s");
         let outcome = loadgen::driver::run_blocking(step.clone(), threads)?;
         write_report_dir(
             &step.report_dir,
@@ -458,7 +458,7 @@ fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
             histograms.summary(LatencyKind::PublishDelay).p99_ms,
             all.errors + unacked,
         );
-        println!(
+        loadgen::say!(
             "step {index}: offered {rate} msgs/s, sent {:.0} msgs/s, publish p99 {:.2} ms, publish delay p99 {:.2} ms, errors or unacknowledged {}: {}",
             result.sent_msgs_per_s,
             result.publish_p99_ms,
@@ -486,7 +486,7 @@ fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
     std::fs::write(&path, serde_json::to_string_pretty(&summary)?)
         .with_context(|| format!("writing {}", path.display()))?;
     match search.best() {
-        Some(best) => println!(
+        Some(best) => loadgen::say!(
             "max sustainable rate: {}{best} msgs/s ({:.0} MB/s of {} B messages)",
             if search.truncated() {
                 "at least (the step bound ended the search) "
@@ -496,9 +496,9 @@ fn run_max_rate(config: RunConfig, threads: usize) -> anyhow::Result<ExitCode> {
             best as f64 * config.message_size_bytes as f64 / 1e6,
             config.message_size_bytes
         ),
-        None => println!("no step held"),
+        None => loadgen::say!("no step held"),
     }
-    println!("wrote {}", path.display());
+    loadgen::say!("wrote {}", path.display());
     Ok(if search.best().is_some() {
         ExitCode::SUCCESS
     } else {
@@ -516,9 +516,9 @@ fn verify_command(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let consumed = read(&args.consumed)?;
     let report = verify(&acked, &consumed);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        loadgen::say!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.render_text());
+        loadgen::say_part!("{}", report.render_text());
     }
     Ok(if report.is_clean() {
         ExitCode::SUCCESS
@@ -562,7 +562,7 @@ fn readback_command(args: ReadbackArgs) -> anyhow::Result<ExitCode> {
         args.payload,
         std::time::Duration::from_millis(args.timeout),
     ))?;
-    println!("read back {} records of {}", read.len(), args.topic);
+    loadgen::say!("read back {} records of {}", read.len(), args.topic);
     if let Some(out) = &args.out {
         let dir = out.parent().unwrap_or(std::path::Path::new("."));
         let name = out
@@ -579,7 +579,7 @@ fn readback_command(args: ReadbackArgs) -> anyhow::Result<ExitCode> {
         std::fs::read_to_string(acked).with_context(|| format!("reading {}", acked.display()))?;
     let acked = parse_history(&text).with_context(|| format!("parsing {}", acked.display()))?;
     let report = verify(&acked, &read);
-    print!("{}", report.render_text());
+    loadgen::say_part!("{}", report.render_text());
     Ok(if report.is_clean() {
         ExitCode::SUCCESS
     } else {

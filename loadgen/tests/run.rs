@@ -408,3 +408,37 @@ fn a_producer_with_a_full_buffer_waits_without_spinning() {
         "the load generator used {used} ticks of CPU in 3 s waiting on a stopped broker"
     );
 }
+
+/// A run whose standard output cannot be written (a log on a full disk, a
+/// pipe whose reader left) still runs to its end and writes its report:
+/// its progress lines are lost, not the run.
+#[test]
+fn a_run_with_a_full_standard_output_still_writes_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_block(2);
+    let _broker = RealBroker::start(&dir.path().join("data"), port);
+    let report = dir.path().join("report");
+    let status = Command::new(env!("CARGO_BIN_EXE_ringlog-loadgen"))
+        .args(["run", "--bootstrap", &format!("127.0.0.1:{port}")])
+        .args(
+            "--topic quiet --partitions 2 --rate 1000 --duration 2s --warmup 0s".split_whitespace(),
+        )
+        .arg("--report-dir")
+        .arg(&report)
+        .stdout(
+            std::fs::File::options()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .stderr(
+            std::fs::File::options()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(report.join("result.json").exists());
+}
