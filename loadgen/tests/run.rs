@@ -315,27 +315,40 @@ fn wait_ending(
     Some((status, stdout))
 }
 
+/// Runs `args` against a fresh broker, does `fail` to the broker 3 s in,
+/// and waits at most `within` for the run to end (`wait_ending`); `recover`
+/// is done to the broker before the outcome is returned, whatever it is.
+fn run_with_failing_broker(
+    args: &str,
+    fail: impl FnOnce(&mut RealBroker),
+    recover: impl FnOnce(&mut RealBroker),
+    within: std::time::Duration,
+) -> Option<(std::process::ExitStatus, String)> {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_block(2);
+    let mut broker = RealBroker::start(&dir.path().join("data"), port);
+    let mut run = start_run(dir.path(), port, args);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    fail(&mut broker);
+    let ended = wait_ending(&mut run, within);
+    recover(&mut broker);
+    ended
+}
+
 /// A run whose broker dies part-way still ends by itself: batches that no
 /// leader could take within the delivery timeout count as errors, instead
 /// of the run waiting for a broker that is gone.
 #[test]
 fn a_run_whose_broker_dies_ends_within_its_delivery_timeout() {
-    use std::time::Duration;
-
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port_block(2);
-    let mut broker = RealBroker::start(&dir.path().join("data"), port);
-    let mut run = start_run(
-        dir.path(),
-        port,
+    // Sending ends 7 s in, the last batches fail 2 s later; 60 s is
+    // generous beside that, far short of forever.
+    let (status, stdout) = run_with_failing_broker(
         "--topic gone --partitions 4 --rate 5000 --duration 6s --warmup 1s --consumers 0 --delivery-timeout 2s",
-    );
-    std::thread::sleep(Duration::from_secs(3));
-    broker.kill9();
-    // Sending ends 7 s in, the last batches fail 2 s later; generous
-    // beside that, far short of forever.
-    let (status, stdout) = wait_ending(&mut run, Duration::from_secs(60))
-        .expect("the load generator still ran 60 s after its broker died");
+        RealBroker::kill9,
+        |_| {},
+        std::time::Duration::from_secs(60),
+    )
+    .expect("the load generator still ran 60 s after its broker died");
     // Whether it ends by reporting the failed sends or by failing to take
     // a new producer id for the rest, it must say the run failed.
     assert!(!status.success(), "the run reported success:\n{stdout}");
@@ -347,23 +360,14 @@ fn a_run_whose_broker_dies_ends_within_its_delivery_timeout() {
 /// until the delivery timeout, and the run ends and says it failed.
 #[test]
 fn a_run_whose_broker_hangs_ends_and_reports_the_failure() {
-    use std::time::Duration;
-
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port_block(2);
-    let mut broker = RealBroker::start(&dir.path().join("data"), port);
-    let mut run = start_run(
-        dir.path(),
-        port,
+    let (status, stdout) = run_with_failing_broker(
         "--topic hung --partitions 4 --rate 5000 --duration 6s --warmup 1s --consumers 2 --delivery-timeout 2s",
-    );
-    std::thread::sleep(Duration::from_secs(3));
-    broker.signal("STOP");
-    let ended = wait_ending(&mut run, Duration::from_secs(90));
-    broker.signal("CONT");
-    let (status, stdout) = ended.expect("the load generator still ran 90 s after its broker hung");
+        |broker| broker.signal("STOP"),
+        |broker| broker.signal("CONT"),
+        std::time::Duration::from_secs(90),
+    )
+    .expect("the load generator still ran 90 s after its broker hung");
     assert!(!status.success(), "the run reported success:\n{stdout}");
-    broker.kill9();
 }
 
 /// CPU time (user + system) a process has used so far, in clock ticks.
