@@ -7,8 +7,10 @@
 //! to, and the next round first moves the ring's start past them (a header
 //! write). A round only waits for a checkpoint when the ring is full.
 //!
-//! What a caller must keep: a chunk is handed over only once its segment
-//! write has landed, so a checkpoint's sync of that file covers it.
+//! A chunk may be handed over while its segment write is still in flight,
+//! so that write and the round run side by side; the chunk then carries
+//! the write's landing mark, and a checkpoint waits for it before syncing
+//! the file, since a sync covers only writes that landed before it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -26,7 +28,8 @@ use super::journal::{
 };
 use super::journal_replay::JOURNAL_SUFFIX;
 use crate::runtime::{
-    self, AlignedBuffer, DirectFile, OneshotSender, SharedBuffer, TaskClass, Watermark,
+    self, AlignedBuffer, DirectFile, OneshotReceiver, OneshotSender, SharedBuffer, TaskClass,
+    Watermark,
 };
 
 /// The ring each shard keeps: at 250 MB/s a shard fills half of it in
@@ -50,6 +53,23 @@ pub struct JournalChunk {
     pub buffer: SharedBuffer,
     /// The segment file the chunk was written to, synced by a checkpoint.
     pub file: DirectFile,
+    /// The segment write still in flight when the chunk was handed over:
+    /// it has landed once the mark reaches the count. `None`: landed.
+    pub landing: Option<Landing>,
+}
+
+/// When a segment write handed to the journal before it landed will have
+/// landed: once `mark` reaches `count`.
+#[derive(Clone, Debug)]
+pub struct Landing {
+    pub mark: Rc<Watermark>,
+    pub count: i64,
+}
+
+impl Landing {
+    async fn wait(&self) {
+        self.mark.wait_at_least(self.count).await;
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -110,8 +130,9 @@ pub struct ShardJournal {
     writer: RefCell<RingWriter>,
     pending: RefCell<Vec<Pending>>,
     running: Cell<bool>,
-    /// Segment files written by records since the last checkpoint's mark.
-    to_sync: RefCell<HashMap<usize, DirectFile>>,
+    /// Segment files written by records since the last checkpoint's mark,
+    /// with the landings of their writes still in flight when handed over.
+    to_sync: RefCell<HashMap<usize, (DirectFile, Vec<Landing>)>>,
     /// A checkpoint's syncs are under way.
     checkpointing: Cell<bool>,
     /// Checkpoints whose syncs ended (well or not), for a full ring's wait.
@@ -344,19 +365,29 @@ impl ShardJournal {
         log: Rc<str>,
         entries: Vec<JournalEntry>,
     ) -> io::Result<()> {
+        self.submit(log, entries).await
+    }
+
+    /// Queues `entries` of `log` for the next round at once, in the order
+    /// of the calls, and answers when they are durable (or not), whether
+    /// the answer is awaited or not: the round runs in a task of its own.
+    pub fn submit(self: &Rc<Self>, log: Rc<str>, entries: Vec<JournalEntry>) -> JournalAnswer {
+        let (done, result) = runtime::oneshot();
         if let Some(kind) = self.failed.get() {
-            return Err(self.failure(kind));
+            done.send(Err(self.failure(kind)));
+            return JournalAnswer(result);
         }
         if self.closed.get() {
-            return Err(io::Error::other(format!(
+            done.send(Err(io::Error::other(format!(
                 "journal {} is closed: the shard is stopping",
                 self.path.display()
-            )));
+            ))));
+            return JournalAnswer(result);
         }
         if entries.is_empty() {
-            return Ok(());
+            done.send(Ok(()));
+            return JournalAnswer(result);
         }
-        let (done, result) = runtime::oneshot();
         self.names.borrow_mut().insert(log.clone());
         self.pending
             .borrow_mut()
@@ -371,9 +402,7 @@ impl ShardJournal {
             )
             .detach();
         }
-        result
-            .await
-            .unwrap_or_else(|| Err(io::Error::other("the journal's round was dropped")))
+        JournalAnswer(result)
     }
 
     fn failure(&self, kind: io::ErrorKind) -> io::Error {
@@ -490,9 +519,18 @@ impl ShardJournal {
             for pending in batch {
                 for entry in &pending.entries {
                     if let JournalEntry::Write(chunk) = entry {
-                        to_sync
+                        let (_, landings) = to_sync
                             .entry(chunk.file.identity())
-                            .or_insert_with(|| chunk.file.clone());
+                            .or_insert_with(|| (chunk.file.clone(), Vec::new()));
+                        if let Some(landing) = &chunk.landing {
+                            // A wave's chunks share one landing.
+                            let known = landings.last().is_some_and(|l| {
+                                Rc::ptr_eq(&l.mark, &landing.mark) && l.count >= landing.count
+                            });
+                            if !known {
+                                landings.push(landing.clone());
+                            }
+                        }
                     }
                 }
             }
@@ -531,14 +569,24 @@ impl ShardJournal {
             return;
         }
         let mark = self.writer.borrow().mark();
-        let files: Vec<DirectFile> = std::mem::take(&mut *self.to_sync.borrow_mut())
-            .into_values()
-            .collect();
+        let files: Vec<(DirectFile, Vec<Landing>)> =
+            std::mem::take(&mut *self.to_sync.borrow_mut())
+                .into_values()
+                .collect();
         let journal = self.clone();
         runtime::spawn_in(TaskClass::Background, async move {
             let syncs: Vec<_> = files
                 .into_iter()
-                .map(|file| runtime::spawn(async move { file.fdatasync().await }))
+                .map(|(file, landings)| {
+                    runtime::spawn(async move {
+                        // Released records must be in the file: a sync
+                        // covers only the writes that landed before it.
+                        for landing in &landings {
+                            landing.wait().await;
+                        }
+                        file.fdatasync().await
+                    })
+                })
                 .collect();
             let mut outcome = Ok(());
             for sync in syncs {
@@ -618,6 +666,23 @@ impl ShardJournal {
     }
 }
 
+/// The answer to [`ShardJournal::submit`]: `Ok` once the entries are durable.
+#[derive(Debug)]
+pub struct JournalAnswer(OneshotReceiver<io::Result<()>>);
+
+impl std::future::Future for JournalAnswer {
+    type Output = io::Result<()>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|answer| {
+            answer.unwrap_or_else(|| Err(io::Error::other("the journal's round was dropped")))
+        })
+    }
+}
+
 enum RoundError {
     /// More than a ring holds: split, or refused if it is one log's.
     TooLarge(io::Error),
@@ -690,6 +755,7 @@ mod tests {
                             position: u64::from(i) * JOURNAL_BLOCK_BYTES,
                             buffer: chunk_of(log * 16 + i + 1, 1),
                             file: file.clone(),
+                            landing: None,
                         };
                         journal
                             .append(format!("t-{log}").into(), vec![JournalEntry::Write(chunk)])
@@ -724,6 +790,65 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_releases_nothing_before_the_segment_writes_handed_over_have_landed() {
+        let data = tempfile::tempdir().unwrap();
+        let data_path = data.path().to_path_buf();
+        runtime::run_local(async move {
+            let journal = open_in(&data_path, JOURNAL_RING_BYTES_MIN).await.unwrap();
+            let file = segment_file(&data_path, "t-0").await;
+            let chunk = |i: u64, landing: Option<Landing>| JournalChunk {
+                segment_base: Offset(0),
+                position: i * 2 * JOURNAL_BLOCK_BYTES,
+                buffer: chunk_of(i as u8 + 1, 2),
+                file: file.clone(),
+                landing,
+            };
+            let append = |chunk: JournalChunk| {
+                journal.submit("t-0".into(), vec![JournalEntry::Write(chunk)])
+            };
+            // The first chunk's segment write is still in flight.
+            let mark = Rc::new(Watermark::new(0));
+            let first = chunk(
+                0,
+                Some(Landing {
+                    mark: mark.clone(),
+                    count: 1,
+                }),
+            );
+            append(first.clone()).await.unwrap();
+            // Three blocks a round in a ring of fifteen: the third round
+            // takes half of it, and a checkpoint starts.
+            for i in 1..3 {
+                let landed = chunk(i, None);
+                file.write_at(&landed.buffer, landed.position)
+                    .await
+                    .unwrap();
+                append(landed).await.unwrap();
+            }
+            assert!(journal.checkpointing.get());
+            runtime::sleep(std::time::Duration::from_millis(20)).await;
+            // The next round releases what an ended checkpoint synced: nothing
+            // yet, since the sync waits for the first write to land.
+            let landed = chunk(3, None);
+            file.write_at(&landed.buffer, landed.position)
+                .await
+                .unwrap();
+            append(landed).await.unwrap();
+            assert!(journal.checkpointing.get());
+            assert_eq!(journal.stats().checkpoints, 0);
+            file.write_at(&first.buffer, first.position).await.unwrap();
+            mark.advance(1);
+            journal.checkpoints_ended.wait_at_least(1).await;
+            let landed = chunk(4, None);
+            file.write_at(&landed.buffer, landed.position)
+                .await
+                .unwrap();
+            append(landed).await.unwrap();
+            assert_eq!(journal.stats().checkpoints, 1);
+        });
+    }
+
+    #[test]
     fn a_full_ring_checkpoints_and_keeps_only_what_came_after() {
         let data = tempfile::tempdir().unwrap();
         let data_path = data.path().to_path_buf();
@@ -740,6 +865,7 @@ mod tests {
                     position: (i % 8) * 2 * JOURNAL_BLOCK_BYTES,
                     buffer: chunk_of(fill, 2),
                     file: file.clone(),
+                    landing: None,
                 };
                 // The caller's side of the contract: the segment write landed first.
                 file.write_at(&chunk.buffer, chunk.position).await.unwrap();
@@ -809,6 +935,7 @@ mod tests {
                     position: 0,
                     buffer: chunk_of(9, 1),
                     file,
+                    landing: None,
                 };
                 journal
                     .append("t-0".into(), vec![JournalEntry::Write(chunk)])

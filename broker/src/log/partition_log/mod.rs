@@ -8,8 +8,9 @@
 //! segment order. Finishing a rolled segment (trim, index files, recovery
 //! point, producer snapshot) runs under `segments_gate` alone, beside them.
 //!
-//! With a shard journal attached (`attach_journal`), a commit under
-//! `flush.policy=always` hands the chunks its writes carried to the journal
+//! With a shard journal attached (`attach_journal`), a write-out under
+//! `flush.policy=always` hands the chunks its writes carry to the journal
+//! as it submits them, and its commit waits for the journal's answers
 //! instead of syncing the segment files: `durable` then says what the
 //! journal holds, and the recovery point stays behind what the segment
 //! files hold synced. Whatever changes or removes bytes the journal may
@@ -35,7 +36,7 @@ use super::segment::{
     remove_if_exists, segment_path, write_small_file, Segment, INDEX_SUFFIX, LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
 };
-use super::shard_journal::{JournalChunk, JournalEntry, ShardJournal};
+use super::shard_journal::{JournalAnswer, JournalChunk, JournalEntry, Landing, ShardJournal};
 use super::space_release::{self, SpaceReleaser};
 use super::tail::{SealedChunk, Tail};
 use super::txn_index::{AbortedIndex, AbortedTxn};
@@ -273,9 +274,9 @@ pub struct PartitionLog {
     writes_landed: Rc<Watermark>,
     /// The shard's journal and this log's name in it.
     journal: RefCell<Option<LogJournal>>,
-    /// Chunks whose writes landed under `always` with a journal, not yet
-    /// handed to it nor covered by a sync.
-    unjournaled: RefCell<Vec<JournalChunk>>,
+    /// Answers of the journal for chunks handed to it under `always` as
+    /// their writes were submitted, not awaited by a commit yet.
+    unanswered: RefCell<Vec<JournalAnswer>>,
     /// A chunk landed that is neither listed above nor covered by a sync
     /// (written under another policy): the next commit syncs the files.
     unlisted_writes: Cell<bool>,
@@ -405,7 +406,7 @@ impl PartitionLog {
             writes_submitted: Cell::new(0),
             writes_landed: Rc::new(Watermark::new(0)),
             journal: RefCell::new(None),
-            unjournaled: RefCell::default(),
+            unanswered: RefCell::default(),
             unlisted_writes: Cell::new(false),
             journaled: Cell::new(false),
             releaser: RefCell::new(None),
@@ -485,11 +486,11 @@ impl PartitionLog {
         config.validate()?;
         let leaves_always = matches!(self.config.borrow().flush_policy, FlushPolicy::Always)
             && !matches!(config.flush_policy, FlushPolicy::Always);
-        if leaves_always && !self.unjournaled.borrow().is_empty() {
-            // Written and never to be handed over, while the journal may
-            // hold older images of their pages: acknowledged from now on
-            // once written, they wait for a fence first (`fence_owed`).
-            self.unjournaled.borrow_mut().clear();
+        if leaves_always && !self.unanswered.borrow().is_empty() {
+            // Handed over, never to be awaited, while the journal may hold
+            // older images of their pages: acknowledged from now on once
+            // written, they wait for a fence first (`fence_owed`).
+            self.unanswered.borrow_mut().clear();
             self.unlisted_writes.set(true);
         }
         *self.config.borrow_mut() = config;
@@ -1206,12 +1207,14 @@ impl PartitionLog {
     }
 
     /// Makes every chunk written so far durable through the shard journal,
-    /// under `always` with a journal attached; false when the files must be
-    /// synced instead (no journal, another policy, a chunk written without
-    /// being listed, or the journal failed). Callers hold `io_gate`, and
-    /// every write they made has landed.
+    /// under `always` with a journal attached: the chunks were handed over
+    /// as their writes were submitted (`write_waves`), and this waits for
+    /// the journal's answers. False when the files must be synced instead
+    /// (no journal, another policy, a chunk written without being handed
+    /// over, or the journal failed). Callers hold `io_gate`, and every
+    /// write they made has landed.
     async fn commit_to_journal(&self) -> bool {
-        let (journal, name) = {
+        let journal = {
             let attached = self.journal.borrow();
             let Some(attached) = attached.as_ref() else {
                 return false;
@@ -1219,32 +1222,33 @@ impl PartitionLog {
             if !matches!(self.config.borrow().flush_policy, FlushPolicy::Always) {
                 return false;
             }
-            (attached.journal.clone(), attached.name.clone())
+            attached.journal.clone()
         };
         if self.unlisted_writes.get() || journal.is_failed() {
             self.state.borrow_mut().stats.journal_fallbacks += 1;
             return false;
         }
-        let chunks = std::mem::take(&mut *self.unjournaled.borrow_mut());
-        if chunks.is_empty() {
-            // Every chunk landed so far was handed over or synced already.
+        let answers = std::mem::take(&mut *self.unanswered.borrow_mut());
+        if answers.is_empty() {
+            // Every chunk landed so far was answered for or synced already.
             return true;
         }
-        // Set before the round: a fence must follow any record that may
-        // have reached the ring, even one whose append then failed; and if
-        // this call is dropped before its round answers, the chunks taken
-        // above are in neither the list nor a sync, so the next commit
-        // syncs the files.
-        self.journaled.set(true);
+        // If this call is dropped before every answer came, the answers
+        // taken above are lost with it: the next commit syncs the files.
         self.unlisted_writes.set(true);
-        let entries = chunks.into_iter().map(JournalEntry::Write).collect();
-        match journal.append(name, entries).await {
-            Ok(()) => {
+        let mut failure = None;
+        for answer in answers {
+            if let Err(e) = answer.await {
+                failure.get_or_insert(e);
+            }
+        }
+        match failure {
+            None => {
                 // Only `io_gate` holders set it, and it was clear above.
                 self.unlisted_writes.set(false);
                 true
             }
-            Err(e) => {
+            Some(e) => {
                 // The chunks landed: syncing their files covers them.
                 tracing::warn!(dir = %self.dir.display(), error = %e, "journal commit failed; syncing the segment files instead");
                 self.state.borrow_mut().stats.journal_fallbacks += 1;
@@ -1275,7 +1279,8 @@ impl PartitionLog {
                 .await
                 .map_err(|e| LogError::io(&self.dir, e))?;
         }
-        self.unjournaled.borrow_mut().clear();
+        // Handed over or not, every chunk landed is in a synced file now.
+        self.unanswered.borrow_mut().clear();
         self.unlisted_writes.set(false);
         Ok(())
     }
@@ -1285,11 +1290,12 @@ impl PartitionLog {
     /// With `keep`, what the log keeps is synced into its files first, since
     /// the records that held it no longer count. Callers hold `io_gate`.
     async fn fence_journal(&self, keep: bool) -> LogResult<()> {
-        if !self.unjournaled.borrow().is_empty() {
-            // Never handed over now: the change may cut what they carry.
-            // What they carried and the log keeps is synced by the next
-            // commit (or below).
-            self.unjournaled.borrow_mut().clear();
+        if !self.unanswered.borrow().is_empty() {
+            // Never awaited now: the change may cut what they carry, and the
+            // fence below follows their records in the ring. What they
+            // carried and the log keeps is synced by the next commit (or
+            // below).
+            self.unanswered.borrow_mut().clear();
             self.unlisted_writes.set(true);
         }
         if !self.journaled.get() || self.journal.borrow().is_none() {
@@ -1398,11 +1404,13 @@ impl PartitionLog {
             // Each write runs to its end even if this call is dropped; its
             // chunk then stays unwritten here and the next write-out writes
             // it again, once this one has landed.
+            let wave_landed = Rc::new(Watermark::new(0));
             let writes: Vec<_> = wave
                 .iter()
                 .map(|chunk| {
                     let (file, buffer, start) = (file.clone(), chunk.buffer.clone(), chunk.start);
                     let landed = self.writes_landed.clone();
+                    let wave_landed = wave_landed.clone();
                     let clock = self.clock.clone();
                     let (done, result) = runtime::oneshot();
                     self.writes_submitted.set(self.writes_submitted.get() + 1);
@@ -1411,12 +1419,47 @@ impl PartitionLog {
                         let written = file.write_at(&buffer, start).await;
                         let elapsed = clock.monotonic().saturating_sub(started);
                         landed.advance(landed.get() + 1);
+                        wave_landed.advance(wave_landed.get() + 1);
                         done.send(written.map(|()| elapsed));
                     })
                     .detach();
                     result
                 })
                 .collect();
+            // Under `always` the chunks go to the journal now, beside their
+            // writes: an acknowledgement waits for the later of the two, not
+            // for one after the other. A checkpoint waits for the writes'
+            // landing before it syncs the file and releases the records.
+            let journal = self
+                .journal
+                .borrow()
+                .as_ref()
+                .filter(|_| matches!(self.config.borrow().flush_policy, FlushPolicy::Always))
+                .map(|attached| (attached.journal.clone(), attached.name.clone()));
+            let listed = journal.is_some();
+            if let Some((journal, name)) = journal {
+                let landing = Landing {
+                    mark: wave_landed,
+                    count: wave.len() as i64,
+                };
+                let entries = wave
+                    .iter()
+                    .map(|chunk| {
+                        JournalEntry::Write(JournalChunk {
+                            segment_base: base,
+                            position: chunk.start,
+                            buffer: chunk.buffer.clone(),
+                            file: file.clone(),
+                            landing: Some(landing.clone()),
+                        })
+                    })
+                    .collect();
+                // Set before the record may reach the ring: a fence must
+                // follow any record there, even one whose write then fails.
+                self.journaled.set(true);
+                let answer = journal.submit(name, entries);
+                self.unanswered.borrow_mut().push(answer);
+            }
             let mut failure = None;
             let mut latency = LatencyHistogram::default();
             for write in writes {
@@ -1433,20 +1476,9 @@ impl PartitionLog {
             if let Some(e) = failure {
                 return Err(LogError::io(segment_path(&self.dir, base, LOG_SUFFIX), e));
             }
-            // Listed for the next commit to hand to the journal, or, when
-            // the commit will not use it, noted so that it syncs instead.
-            let listed = self.journal.borrow().is_some()
-                && matches!(self.config.borrow().flush_policy, FlushPolicy::Always);
-            if listed {
-                self.unjournaled
-                    .borrow_mut()
-                    .extend(wave.iter().map(|chunk| JournalChunk {
-                        segment_base: base,
-                        position: chunk.start,
-                        buffer: chunk.buffer.clone(),
-                        file: file.clone(),
-                    }));
-            } else {
+            // Written without a journal record: the next commit syncs the
+            // files instead.
+            if !listed {
                 self.unlisted_writes.set(true);
             }
             let mut state = self.state.borrow_mut();
@@ -1607,16 +1639,12 @@ impl PartitionLog {
             assert_eq!(tail.end(), segment.size_bytes);
         }
         let next_offset = self.seal_files(base, file).await?;
-        // Synced by the seal, and never to be handed over after it: a
-        // compaction swap fences the segment without waiting for a commit.
-        // Older images of its pages may be in the ring while the newest is
-        // not: fenced, or a replay would write an old page over records
-        // the seal made durable (and that are acknowledged below). Before
-        // the segment counts as finished, so a failure leaves it to finish
-        // again.
-        self.unjournaled
-            .borrow_mut()
-            .retain(|chunk| chunk.segment_base != base);
+        // Synced by the seal, which also cut its alignment padding: the
+        // ring's images of its pages (every chunk was handed over as it was
+        // submitted, so all of them come before the fence) must never be
+        // written back over it by a replay; a compaction swap fences the
+        // segment without waiting for a commit. Before the segment counts
+        // as finished, so a failure leaves it to finish again.
         self.fence_journal_segments(&[base]).await?;
         {
             let mut state = self.state.borrow_mut();
