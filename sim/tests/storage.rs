@@ -41,6 +41,21 @@ fn storage_seeds_pass() {
     assert!(acked > seeds * 50, "too few acknowledged batches: {acked}");
 }
 
+/// Seeds that lost acknowledged batches when a journal checkpoint synced a
+/// segment file without waiting for the writes of the records it released
+/// (handed to the journal while still in flight).
+const CHECKPOINT_LANDING_SEEDS: [u64; 3] = [5150, 5153, 5165];
+
+#[test]
+fn seeds_that_caught_a_checkpoint_passing_a_write_in_flight_pass() {
+    let options = StorageOptions::default();
+    for seed in CHECKPOINT_LANDING_SEEDS {
+        if let Err(failure) = run(seed, &options) {
+            panic!("{failure}");
+        }
+    }
+}
+
 #[test]
 fn a_storage_seed_replays_exactly() {
     let options = StorageOptions::default();
