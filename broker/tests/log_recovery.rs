@@ -1136,3 +1136,104 @@ fn space_released_after_retention_takes_nothing_the_log_keeps() {
     let verified = verify(&dir);
     assert!(verified.problems.is_empty(), "{:?}", verified.problems);
 }
+
+/// Makes a file immutable for as long as it lives (`chattr +i`, root on a
+/// file system with attributes): writes to it then fail with EPERM, even
+/// through descriptors opened before.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn new(path: &Path) -> Immutable {
+        let status = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(path)
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "chattr +i needs root and a file system with attributes"
+        );
+        Immutable(path.to_path_buf())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Once the shard's journal has failed (its ring cannot be written), a log
+/// it holds records of fails its acknowledgements until a restart replays
+/// them, but a log it holds nothing of commits by syncing its own files,
+/// and what it acknowledged is read back from disk after a reopen.
+#[test]
+fn a_log_the_failed_journal_holds_nothing_of_still_commits_by_syncing_its_files() {
+    let data = tempfile::tempdir().unwrap();
+    let (dir_a, dir_b) = (
+        data.path().join("topics").join("a-0"),
+        data.path().join("topics").join("b-0"),
+    );
+    let (data_path, log_a, log_b) = (data.path().to_path_buf(), dir_a.clone(), dir_b.clone());
+    let (acked_base, acked_tag) = run(async move {
+        let journal = journal_in(&data_path).await;
+        let a = journaled_log(&log_a, &journal).await;
+        append_acked(&a, &batch(1, 1, 1_000, 20)).await;
+        let _immutable = Immutable::new(journal.path());
+        let info = a
+            .append(&batch(2, 1, 1_001, 20), LeaderEpoch(3))
+            .await
+            .unwrap();
+        assert!(
+            a.wait_for_ack(info.log_end_offset).await.is_err(),
+            "acknowledged through a ring that cannot be written"
+        );
+        assert!(journal.is_failed());
+        let b = journaled_log(&log_b, &journal).await;
+        let acked = append_acked(&b, &batch(3, 1, 1_002, 20)).await;
+        b.close().await.unwrap();
+        (acked.base_offset.0, 3)
+    });
+    let (tags, _) = tags_after_reopen(&dir_b);
+    assert_eq!(tags, vec![(acked_base, acked_tag)]);
+    let verified = verify(&dir_b);
+    assert!(verified.problems.is_empty(), "{:?}", verified.problems);
+}
+
+/// A log that leaves `always` while the journal may hold older images of
+/// pages it wrote owes a fence before its next acknowledgement; if the
+/// fence cannot be written (the journal failed), every later wait for that
+/// acknowledgement fails too, not only the first: the sync before the
+/// fence must not pass for it.
+#[test]
+fn a_fence_that_failed_is_still_owed() {
+    use broker::log::FlushPolicy;
+
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("topics").join("t-0");
+    let (data_path, log_dir) = (data.path().to_path_buf(), dir.clone());
+    run(async move {
+        let journal = journal_in(&data_path).await;
+        let log = journaled_log(&log_dir, &journal).await;
+        append_acked(&log, &batch(0, 1, 1_000, 20)).await;
+        let last = log
+            .append(&batch(1, 1, 1_001, 20), LeaderEpoch(3))
+            .await
+            .unwrap();
+        log.write_to(last.log_end_offset).await.unwrap();
+        let _immutable = Immutable::new(journal.path());
+        log.set_config(LogConfig {
+            flush_policy: FlushPolicy::None,
+            ..config()
+        })
+        .unwrap();
+        for attempt in 0..2 {
+            assert!(
+                log.wait_for_ack(last.log_end_offset).await.is_err(),
+                "attempt {attempt}: acknowledged without the fence it owes"
+            );
+        }
+    });
+}

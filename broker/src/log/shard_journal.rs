@@ -352,6 +352,11 @@ impl ShardJournal {
         self.failed.get().is_some()
     }
 
+    /// Whether `submit` queues entries now (not failed, not closed).
+    pub fn takes_appends(&self) -> bool {
+        !self.is_failed() && !self.closed.get()
+    }
+
     /// Whether records of `log` were written since the ring was opened.
     pub fn has_records_of(&self, log: &str) -> bool {
         self.names.borrow().contains(log)
@@ -867,7 +872,7 @@ mod tests {
                     file: file.clone(),
                     landing: None,
                 };
-                // The caller's side of the contract: the segment write landed first.
+                // Handed over without a landing: its segment write landed first.
                 file.write_at(&chunk.buffer, chunk.position).await.unwrap();
                 journal
                     .append("t-0".into(), vec![JournalEntry::Write(chunk)])

@@ -277,8 +277,11 @@ pub struct PartitionLog {
     /// Answers of the journal for chunks handed to it under `always` as
     /// their writes were submitted, not awaited by a commit yet.
     unanswered: RefCell<Vec<JournalAnswer>>,
-    /// A chunk landed that is neither listed above nor covered by a sync
-    /// (written under another policy): the next commit syncs the files.
+    /// A chunk landed that no answer above covers and no sync did (written
+    /// under another policy or while the journal took no appends, answers
+    /// dropped by a policy change, a fence or a dropped commit, a fence
+    /// that failed): the next commit syncs the files, and fences if the
+    /// journal may hold records of the log.
     unlisted_writes: Cell<bool>,
     /// The journal may hold records of this log since its last fence.
     journaled: Cell<bool>,
@@ -1312,7 +1315,12 @@ impl PartitionLog {
     /// Writes the fence record `fence_journal` needs, once the log's files
     /// hold whatever it keeps. Callers hold `io_gate`.
     async fn append_fence(&self) -> LogResult<()> {
-        self.append_to_journal(vec![JournalEntry::Fence]).await?;
+        if let Err(e) = self.append_to_journal(vec![JournalEntry::Fence]).await {
+            // Still owed (`fence_owed`): a sync before it may have cleared
+            // the mark, and nothing it covers may be acknowledged unfenced.
+            self.unlisted_writes.set(true);
+            return Err(e);
+        }
         self.journaled.set(false);
         Ok(())
     }
@@ -1430,11 +1438,14 @@ impl PartitionLog {
             // writes: an acknowledgement waits for the later of the two, not
             // for one after the other. A checkpoint waits for the writes'
             // landing before it syncs the file and releases the records.
+            // A journal that failed or closed takes nothing: the log then
+            // syncs its files, and one it holds nothing of owes no fence.
             let journal = self
                 .journal
                 .borrow()
                 .as_ref()
                 .filter(|_| matches!(self.config.borrow().flush_policy, FlushPolicy::Always))
+                .filter(|attached| attached.journal.takes_appends())
                 .map(|attached| (attached.journal.clone(), attached.name.clone()));
             let listed = journal.is_some();
             if let Some((journal, name)) = journal {
