@@ -533,6 +533,12 @@ impl ShardJournal {
                                 Rc::ptr_eq(&l.mark, &landing.mark) && l.count >= landing.count
                             });
                             if !known {
+                                // A file's waves land one after another: one
+                                // that landed needs no waiting for, which keeps
+                                // the list short between checkpoints.
+                                while landings.last().is_some_and(|l| l.mark.get() >= l.count) {
+                                    landings.pop();
+                                }
                                 landings.push(landing.clone());
                             }
                         }
