@@ -1137,34 +1137,6 @@ fn space_released_after_retention_takes_nothing_the_log_keeps() {
     assert!(verified.problems.is_empty(), "{:?}", verified.problems);
 }
 
-/// Makes a file immutable for as long as it lives (`chattr +i`, root on a
-/// file system with attributes): writes to it then fail with EPERM, even
-/// through descriptors opened before.
-struct Immutable(PathBuf);
-
-impl Immutable {
-    fn new(path: &Path) -> Immutable {
-        let status = std::process::Command::new("chattr")
-            .arg("+i")
-            .arg(path)
-            .status();
-        assert!(
-            status.is_ok_and(|s| s.success()),
-            "chattr +i needs root and a file system with attributes"
-        );
-        Immutable(path.to_path_buf())
-    }
-}
-
-impl Drop for Immutable {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("chattr")
-            .arg("-i")
-            .arg(&self.0)
-            .status();
-    }
-}
-
 /// Once the shard's journal has failed (its ring cannot be written), a log
 /// it holds records of fails its acknowledgements until a restart replays
 /// them, but a log it holds nothing of commits by syncing its own files,

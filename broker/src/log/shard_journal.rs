@@ -528,17 +528,17 @@ impl ShardJournal {
                             .entry(chunk.file.identity())
                             .or_insert_with(|| (chunk.file.clone(), Vec::new()));
                         if let Some(landing) = &chunk.landing {
+                            // A file's waves land one after another: one that
+                            // landed needs no waiting for, which keeps the
+                            // list short between checkpoints.
+                            while landings.last().is_some_and(|l| l.mark.get() >= l.count) {
+                                landings.pop();
+                            }
                             // A wave's chunks share one landing.
-                            let known = landings.last().is_some_and(|l| {
-                                Rc::ptr_eq(&l.mark, &landing.mark) && l.count >= landing.count
-                            });
-                            if !known {
-                                // A file's waves land one after another: one
-                                // that landed needs no waiting for, which keeps
-                                // the list short between checkpoints.
-                                while landings.last().is_some_and(|l| l.mark.get() >= l.count) {
-                                    landings.pop();
-                                }
+                            if !landings
+                                .last()
+                                .is_some_and(|l| Rc::ptr_eq(&l.mark, &landing.mark))
+                            {
                                 landings.push(landing.clone());
                             }
                         }

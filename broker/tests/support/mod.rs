@@ -138,3 +138,41 @@ pub async fn open(
 }
 
 pub mod cluster;
+
+/// Makes a file or directory immutable for as long as it lives (`chattr
+/// +i`, root on a file system with attributes): writes to a file then fail
+/// with EPERM, even through descriptors opened before, and a directory
+/// takes no new entries.
+pub struct Immutable(Option<std::path::PathBuf>);
+
+fn chattr(flag: &str, path: &std::path::Path) -> bool {
+    std::process::Command::new("chattr")
+        .arg(flag)
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Immutable {
+    pub fn new(path: &std::path::Path) -> Immutable {
+        assert!(
+            chattr("+i", path),
+            "chattr +i needs root and a file system with attributes"
+        );
+        Immutable(Some(path.to_path_buf()))
+    }
+
+    /// Makes it writable again, and says whether that worked.
+    pub fn release(mut self) -> bool {
+        let path = self.0.take().expect("released once");
+        chattr("-i", &path)
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            chattr("-i", &path);
+        }
+    }
+}
