@@ -124,6 +124,14 @@ pub struct JournalStats {
     pub checkpoint_waits: u64,
 }
 
+/// A segment file a checkpoint syncs: its place among the files written
+/// since the last one, and the landings it waits for first.
+struct ToSync {
+    order: usize,
+    file: DirectFile,
+    landings: Vec<Landing>,
+}
+
 pub struct ShardJournal {
     path: PathBuf,
     file: DirectFile,
@@ -131,8 +139,11 @@ pub struct ShardJournal {
     pending: RefCell<Vec<Pending>>,
     running: Cell<bool>,
     /// Segment files written by records since the last checkpoint's mark,
-    /// with the landings of their writes still in flight when handed over.
-    to_sync: RefCell<HashMap<usize, (DirectFile, Vec<Landing>)>>,
+    /// with the landings of their writes still in flight when handed over,
+    /// by identity; each with the order it was first written in, which is
+    /// the order a checkpoint syncs them in (not the map's, which differs
+    /// from run to run and would make a simulated seed replay differently).
+    to_sync: RefCell<HashMap<usize, ToSync>>,
     /// A checkpoint's syncs are under way.
     checkpointing: Cell<bool>,
     /// Checkpoints whose syncs ended (well or not), for a full ring's wait.
@@ -524,9 +535,14 @@ impl ShardJournal {
             for pending in batch {
                 for entry in &pending.entries {
                     if let JournalEntry::Write(chunk) = entry {
-                        let (_, landings) = to_sync
+                        let order = to_sync.len();
+                        let ToSync { landings, .. } = to_sync
                             .entry(chunk.file.identity())
-                            .or_insert_with(|| (chunk.file.clone(), Vec::new()));
+                            .or_insert_with(|| ToSync {
+                                order,
+                                file: chunk.file.clone(),
+                                landings: Vec::new(),
+                            });
                         if let Some(landing) = &chunk.landing {
                             // A file's waves land one after another: one that
                             // landed needs no waiting for, which keeps the
@@ -580,15 +596,15 @@ impl ShardJournal {
             return;
         }
         let mark = self.writer.borrow().mark();
-        let files: Vec<(DirectFile, Vec<Landing>)> =
-            std::mem::take(&mut *self.to_sync.borrow_mut())
-                .into_values()
-                .collect();
+        let mut files: Vec<ToSync> = std::mem::take(&mut *self.to_sync.borrow_mut())
+            .into_values()
+            .collect();
+        files.sort_unstable_by_key(|f| f.order);
         let journal = self.clone();
         runtime::spawn_in(TaskClass::Background, async move {
             let syncs: Vec<_> = files
                 .into_iter()
-                .map(|(file, landings)| {
+                .map(|ToSync { file, landings, .. }| {
                     runtime::spawn(async move {
                         // Released records must be in the file: a sync
                         // covers only the writes that landed before it.
