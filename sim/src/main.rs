@@ -313,10 +313,12 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
             total.writes_torn += report.writes_torn;
             total.records_read_back += report.records_read_back;
             total.records_consumed += report.records_consumed;
+            total.journal_rounds += report.journal_rounds;
+            total.journal_writes_replayed += report.journal_writes_replayed;
         },
     );
     println!(
-        "replicated: {passed} seeds passed, {} failed {:?}; {} produce requests, {} acks=all and {} acks=1 batches acknowledged, {} refused, {} broker kills, {} brokers cut off, {} paused, {} slow disks, {} clock jumps, {} connections reset, {} power losses ({} writes torn), {} answers in the quiet periods, {} records consumed during the faults, {} read back after the whole cluster restarted, in {:.1} s",
+        "replicated: {passed} seeds passed, {} failed {:?}; {} produce requests, {} acks=all and {} acks=1 batches acknowledged, {} refused, {} broker kills, {} brokers cut off, {} paused, {} slow disks, {} clock jumps, {} connections reset, {} power losses ({} writes torn), {} journal rounds, {} chunk images replayed from journals, {} answers in the quiet periods, {} records consumed during the faults, {} read back after the whole cluster restarted, in {:.1} s",
         failed.len(),
         failed,
         total.requests,
@@ -331,6 +333,8 @@ fn run_replicated(args: &Args, seeds: Vec<u64>) -> ExitCode {
         total.connections_reset,
         total.power_losses,
         total.writes_torn,
+        total.journal_rounds,
+        total.journal_writes_replayed,
         total.quiet_answers,
         total.records_consumed,
         total.records_read_back,

@@ -30,6 +30,8 @@ use std::time::Duration;
 
 use broker::cluster_view::partition_dir;
 use broker::config::{BrokerConfig, FileConfig, FileLogConfig};
+use broker::log::journal_replay::{replay_journals, ReplayReport, JOURNAL_DIR};
+use broker::log::shard_journal::ShardJournal;
 use broker::net::serve_listener;
 use broker::partition::PartitionKey;
 use broker::runtime::net::Listener;
@@ -188,6 +190,10 @@ pub struct ReplicatedReport {
     pub connections_reset: u64,
     pub power_losses: u64,
     pub writes_torn: u64,
+    /// Rounds the brokers' shard journals wrote.
+    pub journal_rounds: u64,
+    /// Chunk images written back from shard journals at brokers' starts.
+    pub journal_writes_replayed: u64,
     /// Produce requests answered in the quiet period after the faults.
     pub quiet_answers: u64,
     /// Records read back after the whole cluster restarted.
@@ -228,6 +234,8 @@ struct Running {
     task: sim::SimTask<()>,
     clock: Rc<sim::SimClock>,
     shard: Rc<RefCell<Option<Rc<Shard>>>>,
+    /// Its shard journal once opened, for the report's count of rounds.
+    journal: Rc<RefCell<Option<Rc<ShardJournal>>>>,
 }
 
 /// A broker's fixed parts: its id, config (ports, data directory) and how
@@ -244,6 +252,9 @@ struct Cluster {
     next_process: Cell<u32>,
     control: Rc<ControlState>,
     partitions: u32,
+    /// The disk every broker's start replays its shard journal onto.
+    disk: sim::SimDisk,
+    model: Rc<RefCell<Model>>,
 }
 
 impl Cluster {
@@ -254,10 +265,40 @@ impl Cluster {
         let clock = Rc::new(sim::SimClock::new());
         clock.jump(self.brokers.borrow()[index].clock_offset_ms);
         let shard = Rc::new(RefCell::new(None));
+        let journal = Rc::new(RefCell::new(None));
         let config = self.brokers.borrow()[index].config.clone();
+        let replayed = match replay_journal(&config, &self.disk) {
+            Ok(replayed) => replayed,
+            Err(e) => {
+                self.model.borrow_mut().journal.violation(format!(
+                    "broker {}: journal replay at start: {e}",
+                    index + 1
+                ));
+                return;
+            }
+        };
+        if replayed.records > 0 {
+            let mut m = self.model.borrow_mut();
+            m.report.journal_writes_replayed += replayed.writes as u64;
+            m.journal.note(format!(
+                "{:?}: broker {} replayed {} journal records, {} writes into {} files",
+                sim::now(),
+                index + 1,
+                replayed.records,
+                replayed.writes,
+                replayed.files.len()
+            ));
+        }
         let task = sim::spawn_process(
             process,
-            broker_process(config, stop.clone(), clock.clone(), shard.clone()),
+            broker_process(
+                config,
+                stop.clone(),
+                clock.clone(),
+                shard.clone(),
+                journal.clone(),
+                self.model.clone(),
+            ),
         );
         self.brokers.borrow_mut()[index].running = Some(Running {
             process,
@@ -265,7 +306,19 @@ impl Cluster {
             task,
             clock,
             shard,
+            journal,
         });
+    }
+
+    /// Counts the rounds of broker `index`'s shard journal into the report
+    /// (before its process ends: a restart opens a new one).
+    fn count_journal_rounds(&self, index: usize) {
+        let brokers = self.brokers.borrow();
+        let Some(running) = brokers[index].running.as_ref() else {
+            return;
+        };
+        let rounds = running.journal.borrow().as_ref().map(|j| j.stats().rounds);
+        self.model.borrow_mut().report.journal_rounds += rounds.unwrap_or(0);
     }
 
     /// Starts the controller and every broker; how many brokers.
@@ -294,6 +347,7 @@ impl Cluster {
     }
 
     fn kill(&self, index: usize) {
+        self.count_journal_rounds(index);
         let running = self.brokers.borrow_mut()[index].running.take();
         if let Some(running) = running {
             sim::kill_process(running.process);
@@ -378,6 +432,8 @@ impl Cluster {
             {
                 return false;
             }
+            let rounds = r.journal.borrow().as_ref().map(|j| j.stats().rounds);
+            self.model.borrow_mut().report.journal_rounds += rounds.unwrap_or(0);
         }
         true
     }
@@ -428,6 +484,16 @@ fn flush_always(seed: u64) -> bool {
     seed % 3 != 2
 }
 
+/// Whether the brokers of seed `seed` commit through a shard journal, as a
+/// broker does by default: half of the seeds under `always` (the others
+/// sync their own files, as with `journal_ring_bytes_per_shard = 0`).
+pub fn journal_used(seed: u64) -> bool {
+    flush_always(seed) && (seed / 3).is_multiple_of(2)
+}
+
+/// A ring of 64 blocks: a few dozen commits wrap it and checkpoint.
+const JOURNAL_RING_BYTES: u64 = 64 * 4096;
+
 fn broker_config(seed: u64, id: u32, data: &Path) -> BrokerConfig {
     let port = 9_100 + 10 * id as u16;
     let log = FileLogConfig {
@@ -443,22 +509,67 @@ fn broker_config(seed: u64, id: u32, data: &Path) -> BrokerConfig {
         cores: Some(1),
         controller: Some(CONTROLLER_LISTEN.to_string()),
         replica_lag_time_max_ms: Some(REPLICA_LAG_TIME_MAX_MS),
+        journal_ring_bytes_per_shard: Some(if journal_used(seed) {
+            JOURNAL_RING_BYTES
+        } else {
+            0
+        }),
         log: Some(log),
         ..FileConfig::default()
     };
     BrokerConfig::from_file_config(file).expect("the simulation's broker config is valid")
 }
 
-/// One broker process, as `server::run_shard` starts a shard: controller
-/// links, then (once registered and unfenced) listeners and maintenance,
-/// until `stop`, then a clean close.
+/// What a broker's start does before any log opens (`server::run`): the
+/// shard journals' records go back into their segment files, synced
+/// through `std::fs`, and the rings are emptied.
+fn replay_journal(config: &BrokerConfig, disk: &sim::SimDisk) -> Result<ReplayReport, String> {
+    let report = replay_journals(&config.data_dir).map_err(|e| e.to_string())?;
+    let log_dirs = report
+        .logs
+        .iter()
+        .map(|log| config.data_dir.join("topics").join(log));
+    for synced in report.files.iter().cloned().chain(log_dirs) {
+        disk.synced_outside(&synced)
+            .map_err(|e| format!("{}: {e}", synced.display()))?;
+    }
+    Ok(report)
+}
+
+/// One broker process, as `server::run_shard` starts a shard: its shard
+/// journal if it keeps one, controller links, then (once registered and
+/// unfenced) listeners and maintenance, until `stop`, then a clean close
+/// that empties the journal.
 async fn broker_process(
     config: Rc<BrokerConfig>,
     stop: Rc<Cell<bool>>,
     clock: Rc<sim::SimClock>,
     observed: Rc<RefCell<Option<Rc<Shard>>>>,
+    observed_journal: Rc<RefCell<Option<Rc<ShardJournal>>>>,
+    model: Rc<RefCell<Model>>,
 ) {
-    let shard = Rc::new(Shard::new(0, 1, config.clone(), clock, Mesh::solo()));
+    let mut shard = Shard::new(0, 1, config.clone(), clock, Mesh::solo());
+    let journal = if config.journal_ring_bytes_per_shard > 0 {
+        let dir = config.data_dir.join(JOURNAL_DIR);
+        match ShardJournal::open(&dir, "shard-0", config.journal_ring_bytes_per_shard).await {
+            Ok(journal) => {
+                shard.use_journal(journal.clone());
+                *observed_journal.borrow_mut() = Some(journal.clone());
+                Some(journal)
+            }
+            Err(e) => {
+                model.borrow_mut().journal.violation(format!(
+                    "broker {}: opening the journal in {}: {e}",
+                    config.node_id,
+                    dir.display()
+                ));
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let shard = Rc::new(shard);
     *observed.borrow_mut() = Some(shard.clone());
     let controllers = config.controllers.clone();
     let links = vec![
@@ -495,6 +606,14 @@ async fn broker_process(
         task.await;
     }
     shard.close_all().await;
+    if let Some(journal) = journal {
+        if let Err(e) = journal.release_all().await {
+            model.borrow_mut().journal.violation(format!(
+                "broker {}: emptying the journal after a clean close: {e}",
+                config.node_id
+            ));
+        }
+    }
 }
 
 /// Runs one seed of the replicated simulation.
@@ -565,6 +684,8 @@ fn run_in(
             next_process: Cell::new(CONTROLLER_PROCESS + 1),
             control: control.clone(),
             partitions: options.partitions,
+            disk: disk.clone(),
+            model: model.clone(),
         });
         let (until, body): (
             Option<Duration>,
@@ -586,6 +707,9 @@ fn run_in(
             )
         };
         let outcome = sim::run(&sim_config, &disk, until, body);
+        for index in 0..configs.len() {
+            cluster.count_journal_rounds(index);
+        }
         match outcome {
             Ok(()) => {}
             Err(sim::SimStop::TimeUp { now_ms, .. }) => {

@@ -1,7 +1,8 @@
 //! The replicated simulation in CI: three real brokers replicating over the
 //! simulated network must keep every acks=all acknowledgement and every
 //! batch consumers were served through kills (some with a power loss of
-//! that broker alone), pauses, slow and cut links, connection resets, slow
+//! that broker alone, and brokers committing through a shard journal in
+//! some seeds, replayed at each start), pauses, slow and cut links, connection resets, slow
 //! disks, clock jumps and a whole-cluster kill with power loss, and
 //! must take writes promptly with a full ISR once the faults are over, for a
 //! fixed range of seeds; a seed must replay exactly; wall-clock jumps during
@@ -24,6 +25,7 @@ fn replicated_seeds_pass() {
     let options = ReplicatedOptions::default();
     let mut failures = Vec::new();
     let (mut acked_all, mut faults, mut read_back) = (0, 0, 0);
+    let (mut journal_rounds, mut journal_replayed) = (0, 0);
     for seed in 0..seeds {
         match run(seed, &options) {
             Ok(report) => {
@@ -40,6 +42,8 @@ fn replicated_seeds_pass() {
                     + report.clock_jumps
                     + report.connections_reset;
                 read_back += report.records_read_back;
+                journal_rounds += report.journal_rounds;
+                journal_replayed += report.journal_writes_replayed;
             }
             Err(failure) => failures.push(failure.to_string()),
         }
@@ -47,6 +51,11 @@ fn replicated_seeds_pass() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(faults > 0, "no seed had a fault");
     assert!(read_back > 0, "nothing was read back");
+    // Seed 0 keeps a journal, and the fixed range replays one after a kill.
+    assert!(journal_rounds > 0, "no broker committed through its journal");
+    if seeds >= CI_SEEDS {
+        assert!(journal_replayed > 0, "no start replayed a journal");
+    }
     assert!(
         acked_all > seeds * 500,
         "too few acks=all batches: {acked_all}"
@@ -59,6 +68,10 @@ fn a_replicated_seed_replays_exactly() {
     let a = run(3, &options).expect("seed 3 passes");
     let b = run(3, &options).expect("seed 3 passes");
     assert_eq!(a, b);
+    // Seed 0's brokers commit through shard journals.
+    let c = run(0, &options).expect("seed 0 passes");
+    assert!(c.journal_rounds > 0, "seed 0 committed through its journals");
+    assert_eq!(c, run(0, &options).expect("seed 0 passes"));
 }
 
 #[test]
