@@ -74,6 +74,27 @@ fn verify_log(dir: &std::path::Path) -> Option<String> {
     report.first_problem().map(|problem| format!("{problem:?}"))
 }
 
+/// What a broker's start does before any log opens (`server::run`): the
+/// shard journals' records under `data_dir` go back into their segment
+/// files, synced through `std::fs` (which `disk` is told of), and the rings
+/// are emptied.
+fn replay_journals_at_start(
+    data_dir: &std::path::Path,
+    disk: &::broker::runtime::sim::SimDisk,
+) -> Result<::broker::log::journal_replay::ReplayReport, String> {
+    let report =
+        ::broker::log::journal_replay::replay_journals(data_dir).map_err(|e| e.to_string())?;
+    let log_dirs = report
+        .logs
+        .iter()
+        .map(|log| data_dir.join("topics").join(log));
+    for synced in report.files.iter().cloned().chain(log_dirs) {
+        disk.synced_outside(&synced)
+            .map_err(|e| format!("{}: {e}", synced.display()))?;
+    }
+    Ok(report)
+}
+
 /// A number for one choice of a seed (`what` names the choice): each choice
 /// gets bits of its own, so neighbouring seeds and lives do not make
 /// neighbouring choices (splitmix64 of the pair).

@@ -260,10 +260,12 @@ fn run_shard(args: &Args, seeds: Vec<u64>) -> ExitCode {
             total.longest_connection_requests = total
                 .longest_connection_requests
                 .max(report.longest_connection_requests);
+            total.journal_rounds += report.journal_rounds;
+            total.journal_writes_replayed += report.journal_writes_replayed;
         },
     );
     println!(
-        "shard: {passed} seeds passed, {} failed {:?}; {} produce requests, {} batches acknowledged, {} kills, {} power losses ({} writes torn, {} directory entries undone or brought back), {} records read back after restarts, {} consumed while tailing, at most {} requests on one connection, in {:.1} s",
+        "shard: {passed} seeds passed, {} failed {:?}; {} produce requests, {} batches acknowledged, {} kills, {} power losses ({} writes torn, {} directory entries undone or brought back), {} journal rounds, {} chunk images replayed from the journal, {} records read back after restarts, {} consumed while tailing, at most {} requests on one connection, in {:.1} s",
         failed.len(),
         failed,
         total.requests,
@@ -272,6 +274,8 @@ fn run_shard(args: &Args, seeds: Vec<u64>) -> ExitCode {
         total.power_losses,
         total.writes_torn,
         total.names_reverted,
+        total.journal_rounds,
+        total.journal_writes_replayed,
         total.records_read_back,
         total.records_consumed,
         total.longest_connection_requests,

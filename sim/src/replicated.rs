@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use broker::cluster_view::partition_dir;
 use broker::config::{BrokerConfig, FileConfig, FileLogConfig};
-use broker::log::journal_replay::{replay_journals, ReplayReport, JOURNAL_DIR};
+use broker::log::journal_replay::JOURNAL_DIR;
 use broker::log::shard_journal::ShardJournal;
 use broker::net::serve_listener;
 use broker::partition::PartitionKey;
@@ -267,7 +267,7 @@ impl Cluster {
         let shard = Rc::new(RefCell::new(None));
         let journal = Rc::new(RefCell::new(None));
         let config = self.brokers.borrow()[index].config.clone();
-        let replayed = match replay_journal(&config, &self.disk) {
+        let replayed = match crate::replay_journals_at_start(&config.data_dir, &self.disk) {
             Ok(replayed) => replayed,
             Err(e) => {
                 self.model.borrow_mut().journal.violation(format!(
@@ -518,22 +518,6 @@ fn broker_config(seed: u64, id: u32, data: &Path) -> BrokerConfig {
         ..FileConfig::default()
     };
     BrokerConfig::from_file_config(file).expect("the simulation's broker config is valid")
-}
-
-/// What a broker's start does before any log opens (`server::run`): the
-/// shard journals' records go back into their segment files, synced
-/// through `std::fs`, and the rings are emptied.
-fn replay_journal(config: &BrokerConfig, disk: &sim::SimDisk) -> Result<ReplayReport, String> {
-    let report = replay_journals(&config.data_dir).map_err(|e| e.to_string())?;
-    let log_dirs = report
-        .logs
-        .iter()
-        .map(|log| config.data_dir.join("topics").join(log));
-    for synced in report.files.iter().cloned().chain(log_dirs) {
-        disk.synced_outside(&synced)
-            .map_err(|e| format!("{}: {e}", synced.display()))?;
-    }
-    Ok(report)
 }
 
 /// One broker process, as `server::run_shard` starts a shard: its shard

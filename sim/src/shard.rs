@@ -31,6 +31,8 @@ use std::time::Duration;
 
 use broker::cluster_view::partition_dir;
 use broker::config::{BrokerConfig, FileConfig, FileLogConfig};
+use broker::log::journal_replay::JOURNAL_DIR;
+use broker::log::shard_journal::ShardJournal;
 use broker::net::serve_listener;
 use broker::runtime::net::Listener;
 use broker::runtime::peer::PeerConnection;
@@ -129,6 +131,10 @@ pub struct ShardReport {
     pub records_consumed: u64,
     /// The most produce requests one connection carried.
     pub longest_connection_requests: u64,
+    /// Rounds the shard journal wrote, over every life.
+    pub journal_rounds: u64,
+    /// Chunk images written back from the journal at the lives' starts.
+    pub journal_writes_replayed: u64,
 }
 
 pub type ShardFailure = crate::tagged::SeedFailure;
@@ -233,6 +239,16 @@ fn flush_always(seed: u64) -> bool {
     seed % 3 != 2
 }
 
+/// Whether the shard of seed `seed` commits through a shard journal, as a
+/// broker does by default: half of the seeds under `always` (the others
+/// sync their own files, as with `journal_ring_bytes_per_shard = 0`).
+pub fn journal_used(seed: u64) -> bool {
+    flush_always(seed) && crate::draw(seed, 3).is_multiple_of(2)
+}
+
+/// A ring of 64 blocks: a few dozen commits wrap it and checkpoint.
+const JOURNAL_RING_BYTES: u64 = 64 * 4096;
+
 fn broker_config(seed: u64, data: &Path) -> BrokerConfig {
     let log = FileLogConfig {
         // Small segments, so lives roll, recover and read across several.
@@ -245,6 +261,11 @@ fn broker_config(seed: u64, data: &Path) -> BrokerConfig {
         data_dir: Some(data.to_path_buf()),
         listen: Some(LISTEN.to_string()),
         cores: Some(1),
+        journal_ring_bytes_per_shard: Some(if journal_used(seed) {
+            JOURNAL_RING_BYTES
+        } else {
+            0
+        }),
         log: Some(log),
         ..FileConfig::default()
     };
@@ -326,11 +347,31 @@ fn run_in(seed: u64, options: &ShardOptions, root: &Path) -> Result<ShardReport,
         served_may_vanish: options.power_loss_under_any_policy,
     });
     model.borrow_mut().journal.note(format!(
-        "seed {seed}: flush policy {}",
-        if flush_always(seed) { "always" } else { "none" }
+        "seed {seed}: flush policy {}{}",
+        if flush_always(seed) { "always" } else { "none" },
+        if journal_used(seed) {
+            ", shard journal"
+        } else {
+            ""
+        }
     ));
     // The lives with a workload, then one that only reads back.
     for life in 0..=options.lives {
+        match crate::replay_journals_at_start(&data, &disk) {
+            Ok(replayed) => {
+                if replayed.records > 0 {
+                    let mut m = model.borrow_mut();
+                    m.report.journal_writes_replayed += replayed.writes as u64;
+                    m.journal.note(format!(
+                        "life {life}: replayed {} journal records, {} writes into {} files",
+                        replayed.records,
+                        replayed.writes,
+                        replayed.files.len()
+                    ));
+                }
+            }
+            Err(e) => return Err(fail(&model, format!("life {life}: journal replay: {e}"))),
+        }
         let life_seed = crate::draw(seed, 100 + life as u64);
         let sim_config = sim::SimConfig {
             label: format!("shard seed {seed}, life {life}"),
@@ -422,7 +463,31 @@ async fn one_life(
     check_only: bool,
 ) {
     let clock = Rc::new(sim::SimClock::new());
-    let shard = Rc::new(Shard::new(0, 1, setup.config.clone(), clock, Mesh::solo()));
+    let mut shard = Shard::new(0, 1, setup.config.clone(), clock, Mesh::solo());
+    let ring_bytes = setup.config.journal_ring_bytes_per_shard;
+    let journal = if ring_bytes > 0 {
+        let dir = setup.config.data_dir.join(JOURNAL_DIR);
+        match ShardJournal::open(&dir, "shard-0", ring_bytes).await {
+            Ok(journal) => {
+                shard.use_journal(journal.clone());
+                Some(journal)
+            }
+            Err(e) => {
+                model
+                    .borrow_mut()
+                    .journal
+                    .violation(format!("opening the journal: {e}"));
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let _counted = journal.clone().map(|journal| CountRounds {
+        journal,
+        model: model.clone(),
+    });
+    let shard = Rc::new(shard);
     shard.set_broker_epoch(setup.broker_epoch);
     if let Err(e) = shard.clone().publish_metadata(setup.metadata.clone()).await {
         model
@@ -471,6 +536,29 @@ async fn one_life(
     serving.await;
     maintenance.await;
     shard.close_all().await;
+    if let Some(journal) = journal {
+        // Every log closed synced: the next start finds nothing to replay.
+        if let Err(e) = journal.release_all().await {
+            model
+                .borrow_mut()
+                .journal
+                .violation(format!("emptying the journal after a clean close: {e}"));
+        }
+    }
+}
+
+/// Counts a life's journal rounds into the report when the life ends,
+/// killed (its tasks dropped) or closed.
+struct CountRounds {
+    journal: Rc<ShardJournal>,
+    model: Rc<RefCell<Model>>,
+}
+
+impl Drop for CountRounds {
+    fn drop(&mut self) {
+        let rounds = self.journal.stats().rounds;
+        self.model.borrow_mut().report.journal_rounds += rounds;
+    }
 }
 
 async fn connect() -> Option<PeerConnection> {

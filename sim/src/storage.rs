@@ -27,7 +27,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use broker::clock::Clock;
-use broker::log::journal_replay::{replay_journals, JOURNAL_DIR};
+use broker::log::journal_replay::JOURNAL_DIR;
 use broker::log::shard_journal::ShardJournal;
 use broker::log::{FlushPolicy, LogConfig, LogError, PartitionLog};
 use broker::runtime::{self, sim};
@@ -368,12 +368,8 @@ fn replay_between_lives(
         }
         return Ok(());
     }
-    let report = replay_journals(data).map_err(|e| format!("journal replay: {e}"))?;
-    let log_dirs = report.logs.iter().map(|log| data.join("topics").join(log));
-    for synced in report.files.iter().cloned().chain(log_dirs) {
-        disk.synced_outside(&synced)
-            .map_err(|e| format!("{}: {e}", synced.display()))?;
-    }
+    let report =
+        crate::replay_journals_at_start(data, disk).map_err(|e| format!("journal replay: {e}"))?;
     let mut m = model.borrow_mut();
     m.report.journal_writes_replayed += report.writes as u64;
     m.note(format!(

@@ -52,7 +52,10 @@ fn replicated_seeds_pass() {
     assert!(faults > 0, "no seed had a fault");
     assert!(read_back > 0, "nothing was read back");
     // Seed 0 keeps a journal, and the fixed range replays one after a kill.
-    assert!(journal_rounds > 0, "no broker committed through its journal");
+    assert!(
+        journal_rounds > 0,
+        "no broker committed through its journal"
+    );
     if seeds >= CI_SEEDS {
         assert!(journal_replayed > 0, "no start replayed a journal");
     }
@@ -70,7 +73,10 @@ fn a_replicated_seed_replays_exactly() {
     assert_eq!(a, b);
     // Seed 0's brokers commit through shard journals.
     let c = run(0, &options).expect("seed 0 passes");
-    assert!(c.journal_rounds > 0, "seed 0 committed through its journals");
+    assert!(
+        c.journal_rounds > 0,
+        "seed 0 committed through its journals"
+    );
     assert_eq!(c, run(0, &options).expect("seed 0 passes"));
 }
 

@@ -1,6 +1,7 @@
 //! The shard simulation in CI: the broker's own shard, behind the simulated
 //! network and disk, must keep and serve every acknowledged record through
-//! kill -9 and power losses for a fixed range of seeds; a seed must replay
+//! kill -9 and power losses for a fixed range of seeds (some committing
+//! through a shard journal, replayed at each start); a seed must replay
 //! exactly; a long-lived connection must carry thousands of requests without
 //! its reader piling up wakers (the bug that once aborted a broker in a long
 //! load run); and the checker must see the losses a power loss causes when
@@ -21,6 +22,7 @@ fn shard_seeds_pass() {
     let options = ShardOptions::default();
     let mut failures = Vec::new();
     let (mut acked, mut kills, mut power_losses, mut read_back, mut consumed) = (0, 0, 0, 0, 0);
+    let (mut journal_rounds, mut journal_replayed) = (0, 0);
     for seed in 0..seeds {
         match run(seed, &options) {
             Ok(report) => {
@@ -30,6 +32,8 @@ fn shard_seeds_pass() {
                 power_losses += report.power_losses;
                 read_back += report.records_read_back;
                 consumed += report.records_consumed;
+                journal_rounds += report.journal_rounds;
+                journal_replayed += report.journal_writes_replayed;
             }
             Err(failure) => failures.push(failure.to_string()),
         }
@@ -40,6 +44,22 @@ fn shard_seeds_pass() {
     assert!(read_back > 0, "nothing was read back after a restart");
     assert!(consumed > 0, "the tailing consumer read nothing");
     assert!(acked > seeds * 100, "too few acknowledged batches: {acked}");
+    // Seed 0 keeps a journal and replays it after a kill.
+    assert!(journal_rounds > 0, "no seed committed through its journal");
+    assert!(journal_replayed > 0, "no start replayed the journal");
+}
+
+/// A seed that lost an acknowledged batch through the request path when a
+/// journal checkpoint synced a segment file before a write handed to the
+/// journal in flight had landed in it (the wait reverted).
+#[test]
+fn a_seed_that_caught_a_checkpoint_passing_a_write_in_flight_passes() {
+    let report = run(120, &ShardOptions::default()).expect("seed 120 passes");
+    assert!(
+        report.journal_rounds > 0,
+        "seed 120 committed through its journal"
+    );
+    assert!(report.power_losses > 0, "seed 120 cut the power");
 }
 
 #[test]
@@ -50,6 +70,9 @@ fn a_shard_seed_replays_exactly() {
     assert_eq!(a, b);
     let c = run(6, &options).expect("seed 6 passes");
     assert_ne!(a, c, "another seed is another run");
+    // Seed 6 commits through a shard journal.
+    assert!(c.journal_rounds > 0, "seed 6 committed through its journal");
+    assert_eq!(c, run(6, &options).expect("seed 6 passes"));
 }
 
 #[test]

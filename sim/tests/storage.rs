@@ -67,7 +67,10 @@ fn a_storage_seed_replays_exactly() {
     // Seed 5 commits through a shard journal, whose checkpoints sync their
     // files in the order they were first written, not a hash map's.
     let d = run(5, &options).expect("seed 5 passes");
-    assert!(d.journal_commits > 0, "seed 5 committed through its journal");
+    assert!(
+        d.journal_commits > 0,
+        "seed 5 committed through its journal"
+    );
     assert_eq!(d, run(5, &options).expect("seed 5 passes"));
 }
 
