@@ -5,6 +5,8 @@
 #   scripts/cluster.sh start DIR   data and logs under DIR; returns once all
 #                                  three brokers are registered and unfenced
 #   scripts/cluster.sh stop DIR    SIGTERM to every process it started
+# RINGLOG_BROKER_ARGS, if set, is added to every broker's command line (for
+# example "--config FILE" with `journal_ring_bytes_per_shard = 0`).
 # Needs the release binaries (cargo build --release).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,9 +27,16 @@ start)
             --data-dir "$dir/c$i" > "$dir/controller-$i.log" 2>&1 &
         echo $! >> "$dir/pids"
     done
+    # A broker pins its shard to the first CPU of its affinity mask: three
+    # started alike would all run on CPU 0. Each gets the next CPU of this
+    # script's mask in turn, as a cpuset would give each its own.
+    read -ra cpus <<< "$(taskset -cp $$ | sed 's/.*: //' | tr ',' '\n' \
+        | awk -F- '{ if (NF == 2) { for (c = $1; c <= $2; c++) print c } else print $1 }' | tr '\n' ' ')"
     for i in 1 2 3; do
-        "$bin/ringlog-broker" --node-id "$i" --listen "127.0.0.1:9${i}92" --cores 1 \
-            --data-dir "$dir/b$i" --controller "$controllers" > "$dir/broker-$i.log" 2>&1 &
+        cpu="${cpus[$(( (i - 1) % ${#cpus[@]} ))]}"
+        taskset -c "$cpu" "$bin/ringlog-broker" --node-id "$i" --listen "127.0.0.1:9${i}92" --cores 1 \
+            --data-dir "$dir/b$i" --controller "$controllers" ${RINGLOG_BROKER_ARGS:-} \
+            > "$dir/broker-$i.log" 2>&1 &
         echo $! >> "$dir/pids"
     done
     for _ in $(seq 1 $((ready_wait_s_max * 10))); do
