@@ -36,6 +36,7 @@ pub mod storage;
 pub mod tagged;
 pub mod world;
 
+use ::broker::log::shard_journal::ShardJournal;
 pub use world::{Failure, Options, Report};
 
 /// Runs `run` in a fresh directory, removed afterwards (unless
@@ -93,6 +94,46 @@ fn replay_journals_at_start(
             .map_err(|e| format!("{}: {e}", synced.display()))?;
     }
     Ok(report)
+}
+
+/// The shard journal of a simulated broker's shard, opened and attached
+/// as `server::run_shard` does when `journal_ring_bytes_per_shard` is set
+/// (`None` when it is 0), with a guard that hands its rounds to
+/// `add_rounds` when the process's tasks end.
+async fn attach_shard_journal(
+    config: &::broker::config::BrokerConfig,
+    shard: &mut ::broker::shard::Shard,
+    add_rounds: Box<dyn Fn(u64)>,
+) -> Result<Option<(std::rc::Rc<ShardJournal>, CountJournalRounds)>, String> {
+    let ring_bytes = config.journal_ring_bytes_per_shard;
+    if ring_bytes == 0 {
+        return Ok(None);
+    }
+    let dir = config
+        .data_dir
+        .join(::broker::log::journal_replay::JOURNAL_DIR);
+    let journal = ShardJournal::open(&dir, "shard-0", ring_bytes)
+        .await
+        .map_err(|e| format!("opening the journal in {}: {e}", dir.display()))?;
+    shard.use_journal(journal.clone());
+    let counted = CountJournalRounds {
+        journal: journal.clone(),
+        add: add_rounds,
+    };
+    Ok(Some((journal, counted)))
+}
+
+/// Hands the rounds a simulated process's shard journal wrote to `add`
+/// when the process's tasks end, killed (dropped) or closed.
+struct CountJournalRounds {
+    journal: std::rc::Rc<ShardJournal>,
+    add: Box<dyn Fn(u64)>,
+}
+
+impl Drop for CountJournalRounds {
+    fn drop(&mut self) {
+        (self.add)(self.journal.stats().rounds);
+    }
 }
 
 /// A number for one choice of a seed (`what` names the choice): each choice

@@ -30,8 +30,6 @@ use std::time::Duration;
 
 use broker::cluster_view::partition_dir;
 use broker::config::{BrokerConfig, FileConfig, FileLogConfig};
-use broker::log::journal_replay::JOURNAL_DIR;
-use broker::log::shard_journal::ShardJournal;
 use broker::net::serve_listener;
 use broker::partition::PartitionKey;
 use broker::runtime::net::Listener;
@@ -234,8 +232,6 @@ struct Running {
     task: sim::SimTask<()>,
     clock: Rc<sim::SimClock>,
     shard: Rc<RefCell<Option<Rc<Shard>>>>,
-    /// Its shard journal once opened, for the report's count of rounds.
-    journal: Rc<RefCell<Option<Rc<ShardJournal>>>>,
 }
 
 /// A broker's fixed parts: its id, config (ports, data directory) and how
@@ -265,7 +261,6 @@ impl Cluster {
         let clock = Rc::new(sim::SimClock::new());
         clock.jump(self.brokers.borrow()[index].clock_offset_ms);
         let shard = Rc::new(RefCell::new(None));
-        let journal = Rc::new(RefCell::new(None));
         let config = self.brokers.borrow()[index].config.clone();
         let replayed = match crate::replay_journals_at_start(&config.data_dir, &self.disk) {
             Ok(replayed) => replayed,
@@ -296,7 +291,6 @@ impl Cluster {
                 stop.clone(),
                 clock.clone(),
                 shard.clone(),
-                journal.clone(),
                 self.model.clone(),
             ),
         );
@@ -306,19 +300,7 @@ impl Cluster {
             task,
             clock,
             shard,
-            journal,
         });
-    }
-
-    /// Counts the rounds of broker `index`'s shard journal into the report
-    /// (before its process ends: a restart opens a new one).
-    fn count_journal_rounds(&self, index: usize) {
-        let brokers = self.brokers.borrow();
-        let Some(running) = brokers[index].running.as_ref() else {
-            return;
-        };
-        let rounds = running.journal.borrow().as_ref().map(|j| j.stats().rounds);
-        self.model.borrow_mut().report.journal_rounds += rounds.unwrap_or(0);
     }
 
     /// Starts the controller and every broker; how many brokers.
@@ -347,7 +329,6 @@ impl Cluster {
     }
 
     fn kill(&self, index: usize) {
-        self.count_journal_rounds(index);
         let running = self.brokers.borrow_mut()[index].running.take();
         if let Some(running) = running {
             sim::kill_process(running.process);
@@ -432,8 +413,6 @@ impl Cluster {
             {
                 return false;
             }
-            let rounds = r.journal.borrow().as_ref().map(|j| j.stats().rounds);
-            self.model.borrow_mut().report.journal_rounds += rounds.unwrap_or(0);
         }
         true
     }
@@ -529,30 +508,22 @@ async fn broker_process(
     stop: Rc<Cell<bool>>,
     clock: Rc<sim::SimClock>,
     observed: Rc<RefCell<Option<Rc<Shard>>>>,
-    observed_journal: Rc<RefCell<Option<Rc<ShardJournal>>>>,
     model: Rc<RefCell<Model>>,
 ) {
     let mut shard = Shard::new(0, 1, config.clone(), clock, Mesh::solo());
-    let journal = if config.journal_ring_bytes_per_shard > 0 {
-        let dir = config.data_dir.join(JOURNAL_DIR);
-        match ShardJournal::open(&dir, "shard-0", config.journal_ring_bytes_per_shard).await {
-            Ok(journal) => {
-                shard.use_journal(journal.clone());
-                *observed_journal.borrow_mut() = Some(journal.clone());
-                Some(journal)
-            }
+    let add_model = model.clone();
+    let add_rounds = Box::new(move |rounds| add_model.borrow_mut().report.journal_rounds += rounds);
+    let (journal, _counted) =
+        match crate::attach_shard_journal(&config, &mut shard, add_rounds).await {
+            Ok(attached) => attached.unzip(),
             Err(e) => {
-                model.borrow_mut().journal.violation(format!(
-                    "broker {}: opening the journal in {}: {e}",
-                    config.node_id,
-                    dir.display()
-                ));
+                model
+                    .borrow_mut()
+                    .journal
+                    .violation(format!("broker {}: {e}", config.node_id));
                 return;
             }
-        }
-    } else {
-        None
-    };
+        };
     let shard = Rc::new(shard);
     *observed.borrow_mut() = Some(shard.clone());
     let controllers = config.controllers.clone();
@@ -691,9 +662,6 @@ fn run_in(
             )
         };
         let outcome = sim::run(&sim_config, &disk, until, body);
-        for index in 0..configs.len() {
-            cluster.count_journal_rounds(index);
-        }
         match outcome {
             Ok(()) => {}
             Err(sim::SimStop::TimeUp { now_ms, .. }) => {

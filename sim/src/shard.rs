@@ -31,8 +31,6 @@ use std::time::Duration;
 
 use broker::cluster_view::partition_dir;
 use broker::config::{BrokerConfig, FileConfig, FileLogConfig};
-use broker::log::journal_replay::JOURNAL_DIR;
-use broker::log::shard_journal::ShardJournal;
 use broker::net::serve_listener;
 use broker::runtime::net::Listener;
 use broker::runtime::peer::PeerConnection;
@@ -464,29 +462,16 @@ async fn one_life(
 ) {
     let clock = Rc::new(sim::SimClock::new());
     let mut shard = Shard::new(0, 1, setup.config.clone(), clock, Mesh::solo());
-    let ring_bytes = setup.config.journal_ring_bytes_per_shard;
-    let journal = if ring_bytes > 0 {
-        let dir = setup.config.data_dir.join(JOURNAL_DIR);
-        match ShardJournal::open(&dir, "shard-0", ring_bytes).await {
-            Ok(journal) => {
-                shard.use_journal(journal.clone());
-                Some(journal)
-            }
+    let add_model = model.clone();
+    let add_rounds = Box::new(move |rounds| add_model.borrow_mut().report.journal_rounds += rounds);
+    let (journal, _counted) =
+        match crate::attach_shard_journal(&setup.config, &mut shard, add_rounds).await {
+            Ok(attached) => attached.unzip(),
             Err(e) => {
-                model
-                    .borrow_mut()
-                    .journal
-                    .violation(format!("opening the journal: {e}"));
+                model.borrow_mut().journal.violation(e);
                 return;
             }
-        }
-    } else {
-        None
-    };
-    let _counted = journal.clone().map(|journal| CountRounds {
-        journal,
-        model: model.clone(),
-    });
+        };
     let shard = Rc::new(shard);
     shard.set_broker_epoch(setup.broker_epoch);
     if let Err(e) = shard.clone().publish_metadata(setup.metadata.clone()).await {
@@ -544,20 +529,6 @@ async fn one_life(
                 .journal
                 .violation(format!("emptying the journal after a clean close: {e}"));
         }
-    }
-}
-
-/// Counts a life's journal rounds into the report when the life ends,
-/// killed (its tasks dropped) or closed.
-struct CountRounds {
-    journal: Rc<ShardJournal>,
-    model: Rc<RefCell<Model>>,
-}
-
-impl Drop for CountRounds {
-    fn drop(&mut self) {
-        let rounds = self.journal.stats().rounds;
-        self.model.borrow_mut().report.journal_rounds += rounds;
     }
 }
 
