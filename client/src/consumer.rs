@@ -587,7 +587,7 @@ impl Consumer {
     /// Takes up to `poll_records_max` buffered records, partition by
     /// partition, advancing each position past what it returns.
     fn drain_buffered(&mut self) -> Vec<ConsumerRecord> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(self.records_buffered.min(self.config.poll_records_max));
         for state in self.partitions.values_mut().filter(|s| !s.paused) {
             while out.len() < self.config.poll_records_max {
                 let Some(record) = state.buffered.pop_front() else {

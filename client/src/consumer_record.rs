@@ -6,6 +6,7 @@
 //! read_committed the batches of aborted transactions are skipped.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use protocol::record_batch::marker::{parse_marker, MarkerKind};
@@ -17,10 +18,12 @@ use crate::error::{ClientError, Result};
 use crate::record::Header;
 
 /// A record as the consumer returns it. Key, value and header values of
-/// uncompressed batches share the fetch response's buffer.
+/// uncompressed batches share the fetch response's buffer, and the records
+/// of one fetch share one topic name (an allocation per record would cost a
+/// consumer at a million records a second more than its decoding).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsumerRecord {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,
     pub timestamp_ms: i64,
@@ -56,6 +59,7 @@ pub fn decode_records(
     aborted.sort_by_key(|t| t.first_offset);
     let mut aborted = aborted.into_iter().peekable();
     let mut aborting: HashSet<i64> = HashSet::new();
+    let topic: Arc<str> = Arc::from(topic);
     let mut records = Vec::new();
     let mut next_fetch_offset = fetch_offset;
     let mut rest: &[u8] = bytes;
@@ -90,6 +94,7 @@ pub fn decode_records(
         }
         let zero_copy = header.compression() == Compression::None;
         let section = batch.records_section(decompressed_bytes_max)?;
+        records.reserve(header.record_count.max(0) as usize);
         let share = |slice: &[u8]| {
             if zero_copy {
                 bytes.slice_ref(slice)
@@ -103,7 +108,7 @@ pub fn decode_records(
                 continue;
             }
             records.push(ConsumerRecord {
-                topic: topic.to_owned(),
+                topic: topic.clone(),
                 partition,
                 offset: record.offset.0,
                 timestamp_ms: record.timestamp_ms,
@@ -172,6 +177,12 @@ mod tests {
             .collect();
         assert_eq!(values, vec![&b"c"[..], b"d", b"e"]);
         assert_eq!(decoded.next_fetch_offset, 15);
+        // One topic name for the whole fetch, not one allocation per record.
+        assert_eq!(&*decoded.records[0].topic, "t");
+        assert!(decoded
+            .records
+            .windows(2)
+            .all(|w| Arc::ptr_eq(&w[0].topic, &w[1].topic)));
     }
 
     #[test]
