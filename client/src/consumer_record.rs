@@ -17,6 +17,10 @@ use crate::messages::AbortedTransaction;
 use crate::error::{ClientError, Result};
 use crate::record::Header;
 
+/// The smallest encoded record: a length, the attributes, the timestamp and
+/// offset deltas, the key and value lengths and a header count, one byte each.
+const RECORD_BYTES_MIN: usize = 7;
+
 /// A record as the consumer returns it. Key, value and header values of
 /// uncompressed batches share the fetch response's buffer, and the records
 /// of one fetch share one topic name (an allocation per record would cost a
@@ -94,7 +98,10 @@ pub fn decode_records(
         }
         let zero_copy = header.compression() == Compression::None;
         let section = batch.records_section(decompressed_bytes_max)?;
-        records.reserve(header.record_count.max(0) as usize);
+        // The count comes from the wire: room for no more records than the
+        // section's bytes can hold.
+        let count = usize::try_from(header.record_count).unwrap_or(0);
+        records.reserve(count.min(section.len_bytes() / RECORD_BYTES_MIN));
         let share = |slice: &[u8]| {
             if zero_copy {
                 bytes.slice_ref(slice)
@@ -200,6 +207,22 @@ mod tests {
         let whole = batch(0, &["a"], Compression::None);
         let cut = Bytes::copy_from_slice(&whole[..whole.len() - 1]);
         assert!(decode_records("t", 0, &cut, 0, 1 << 20, 1 << 20, &[]).is_err());
+    }
+
+    #[test]
+    fn a_record_count_the_batch_cannot_hold_is_an_error_not_a_huge_allocation() {
+        // Proves the count a batch header claims (CRC and all consistent)
+        // sizes nothing beyond what its bytes can hold: the batch is refused
+        // by its records, with no attempt to reserve room for 2^31 of them.
+        use protocol::record_batch::{field, seal_crc};
+        let mut bytes = batch(0, &["a"], Compression::None);
+        let count = i32::MAX;
+        bytes[field::LAST_OFFSET_DELTA..field::LAST_OFFSET_DELTA + 4]
+            .copy_from_slice(&(count - 1).to_be_bytes());
+        bytes[field::RECORD_COUNT..field::RECORD_COUNT + 4].copy_from_slice(&count.to_be_bytes());
+        seal_crc(&mut bytes);
+        let result = decode_records("t", 0, &Bytes::from(bytes), 0, 1 << 20, 1 << 20, &[]);
+        assert!(matches!(result, Err(ClientError::Batch(_))), "{result:?}");
     }
 
     fn txn_batch(base_offset: i64, producer_id: i64, values: &[&str]) -> Vec<u8> {
