@@ -96,6 +96,11 @@ pub fn decode_records(
             next_fetch_offset = header.next_offset().0;
             continue;
         }
+        // Records below what earlier batches of this answer reached are
+        // skipped as those below the fetch offset are: a broker never sends
+        // overlapping batches, but a consumer must not hand out an offset
+        // twice or go back if one does.
+        let floor = next_fetch_offset;
         let zero_copy = header.compression() == Compression::None;
         let section = batch.records_section(decompressed_bytes_max)?;
         // The count comes from the wire: room for no more records than the
@@ -111,7 +116,7 @@ pub fn decode_records(
         };
         for record in section.iter() {
             let record = record?;
-            if record.offset.0 < fetch_offset {
+            if record.offset.0 < floor {
                 continue;
             }
             records.push(ConsumerRecord {
@@ -133,7 +138,7 @@ pub fn decode_records(
         }
         next_fetch_offset = header.next_offset().0;
     }
-    debug_assert!(records.windows(2).all(|w| w[0].offset < w[1].offset));
+    assert!(records.windows(2).all(|w| w[0].offset < w[1].offset));
     Ok(DecodedRecords {
         records,
         next_fetch_offset,
@@ -207,6 +212,27 @@ mod tests {
         let whole = batch(0, &["a"], Compression::None);
         let cut = Bytes::copy_from_slice(&whole[..whole.len() - 1]);
         assert!(decode_records("t", 0, &cut, 0, 1 << 20, 1 << 20, &[]).is_err());
+    }
+
+    #[test]
+    fn overlapping_batches_hand_out_each_offset_once_and_in_order() {
+        // Proves an answer whose batches overlap (which a broker never sends)
+        // yields every offset once, in order, instead of going back.
+        let mut bytes = batch(10, &["a", "b", "c"], Compression::None);
+        bytes.extend(batch(11, &["x", "y", "z"], Compression::None));
+        bytes.extend(batch(10, &["p"], Compression::None));
+        let decoded =
+            decode_records("t", 0, &Bytes::from(bytes), 10, 1 << 20, 1 << 20, &[]).unwrap();
+        let seen: Vec<(i64, &[u8])> = decoded
+            .records
+            .iter()
+            .map(|r| (r.offset, r.value.as_deref().unwrap()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![(10, &b"a"[..]), (11, b"b"), (12, b"c"), (13, b"z")]
+        );
+        assert_eq!(decoded.next_fetch_offset, 14);
     }
 
     #[test]
