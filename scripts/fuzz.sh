@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets in fuzz/ (cargo fuzz) against Ringlog's decoders of
 # untrusted bytes: record batches and varints from producers and segment files,
-# and offset/time index files read back at recovery. Property tests sample a few
-# hundred inputs; this searches coverage-guided for an input that panics, which
-# for these decoders is a bug (a corrupt byte must be an error, never a crash).
+# offset/time index files read back at recovery, and the client's decoding of
+# the batches a fetch returns (the list: `cargo fuzz list`). Property tests
+# sample a few hundred inputs; this searches coverage-guided for an input that
+# panics, which for these decoders is a bug (a corrupt byte must be an error,
+# never a crash).
 #
 # Usage: scripts/fuzz.sh [TARGET...]      (default: every target, `cargo fuzz list`)
 #   FUZZ_SECONDS   seconds per target (default 60), libFuzzer's -max_total_time

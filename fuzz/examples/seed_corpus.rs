@@ -76,6 +76,12 @@ fn main() -> std::io::Result<()> {
     two.extend_from_slice(&batch(Compression::Zstd, &many, false));
     seeds.push(("two-batches", two));
     write(&root.join("record_batch"), &seeds)?;
+    // The client's decoder takes a control byte first (0x04: fetch from offset 0).
+    let fetched: Vec<(&str, Vec<u8>)> = seeds
+        .iter()
+        .map(|(name, bytes)| (*name, [&[0x04u8][..], bytes].concat()))
+        .collect();
+    write(&root.join("client_records"), &fetched)?;
 
     let mut offsets = OffsetIndex::default();
     let mut times = TimeIndex::default();
