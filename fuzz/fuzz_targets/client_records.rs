@@ -14,8 +14,8 @@ use bytes::Bytes;
 use client::consumer_record::decode_records;
 use client::messages::AbortedTransaction;
 use libfuzzer_sys::fuzz_target;
-use protocol::record_batch::{compute_crc, field, peek_total_bytes};
-use protocol::BATCH_HEADER_BYTES;
+use protocol::record_batch::{compute_crc, field};
+use protocol::BatchHeader;
 
 /// Bound on one batch and on a decompressed records section, as the
 /// consumer's defaults.
@@ -36,10 +36,11 @@ fuzz_target!(|data: &[u8]| {
     };
     decode(rest, fetch_offset, &aborted);
 
-    let mut fixed = rest.to_vec();
-    if let Some(total) = peek_total_bytes(&fixed) {
-        if total >= BATCH_HEADER_BYTES as i64 && total as usize <= fixed.len() {
-            let crc = compute_crc(&fixed[..total as usize]);
+    if let Ok(header) = BatchHeader::parse(rest) {
+        let total = header.total_bytes();
+        if total <= rest.len() {
+            let mut fixed = rest.to_vec();
+            let crc = compute_crc(&fixed[..total]);
             fixed[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
             decode(&fixed, fetch_offset, &aborted);
         }
